@@ -1,0 +1,45 @@
+# shiftlock-proxy. `make run` and `make test` are the two commands that matter.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+FUZZTIME ?= 10s
+
+.PHONY: all build run test deps vet lint fuzz bench-fabric clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Start the proxy on 127.0.0.1:6380 with an embedded memory node.
+run: build
+	$(BIN)/proxy -config configs/proxy.yaml
+
+deps:
+	./scripts/install-deps.sh
+
+vet:
+	$(GO) vet $(PKGS)
+
+# Unit, property, integration and short fuzz runs. Installs redis-server and
+# friends when missing (as root, via apt).
+test: deps vet build
+	$(GO) test -race -timeout 12m $(PKGS)
+	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
+
+# Each fuzz target runs for FUZZTIME (default 10s). Listed by package.
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	  d=$$(dirname $$f); \
+	  for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+	    echo "fuzz $$d $$t ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$d; \
+	  done; \
+	done
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(PKGS)
+
+clean:
+	rm -rf $(BIN) out

@@ -1,0 +1,475 @@
+// Package memnode is the memory node: it registers the lock table, the era
+// counters and the node table, and serves the control path (join, leave,
+// liveness, recovery). Its CPU never takes part in acquiring or releasing a
+// lock; fabrics execute one-sided verbs on its regions directly.
+package memnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// Config sizes a memory node and sets its timing. The zero Config is usable:
+// every field has a default.
+type Config struct {
+	// Entries is the number of 16-byte lock-table entries (default 1<<20).
+	Entries uint64
+	// Eras is the number of era counters entries are spread over (default 64).
+	Eras uint64
+	// MaxNodes bounds NodeIDs (default 4096, at most 65535).
+	MaxNodes int
+	// HeartbeatInterval is how often members heartbeat (default 100ms).
+	HeartbeatInterval time.Duration
+	// DeadAfter is how long a member may stay silent before it is declared
+	// dead and fenced (default 1s).
+	DeadAfter time.Duration
+	// ClockDrift is the relative clock-rate drift tolerated when turning a
+	// member's lease horizon into a local deadline (default 1e-3, ten times
+	// the paper's 1e-4 to allow for loaded, unsynchronised hosts).
+	ClockDrift float64
+	// ProbeTimeout bounds each probe of a member during recovery (default 500ms).
+	ProbeTimeout time.Duration
+	// Generation and RelBase are set by the restart logic (see Open); a
+	// fresh in-memory node leaves them zero.
+	Generation uint64
+	RelBase    uint64
+	// GraceUntil: no joins are accepted before this instant (restart grace).
+	GraceUntil time.Time
+
+	Logger *zap.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Entries == 0 {
+		c.Entries = 1 << 20
+	}
+	if c.Eras == 0 {
+		c.Eras = 64
+	}
+	if c.MaxNodes <= 0 {
+		c.MaxNodes = 4096
+	}
+	if c.MaxNodes > 65535 {
+		c.MaxNodes = 65535
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 100 * time.Millisecond
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = time.Second
+	}
+	if c.ClockDrift <= 0 {
+		c.ClockDrift = 1e-3
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 500 * time.Millisecond
+	}
+	if c.Generation == 0 {
+		c.Generation = 1
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+type nodeState uint32
+
+const (
+	stateFree nodeState = iota
+	stateAlive
+	stateDead // declared dead or left; fenced
+)
+
+type member struct {
+	id       rdma.NodeID
+	name     string
+	addr     string
+	joined   time.Time
+	lastSeq  uint64
+	lastSeen time.Time
+	horizon  time.Time // local deadline by which all its grants have ended
+}
+
+type tomb struct {
+	id      rdma.NodeID
+	at      time.Time
+	horizon time.Time
+}
+
+// Server is a memory node. It implements rdma.Host.
+type Server struct {
+	cfg  Config
+	log  *zap.Logger
+	ctrs rdma.Counters
+
+	locks, eras, nodes *rdma.Memory
+
+	state []atomic.Uint32 // nodeState by NodeID; read on every verb by Admit
+
+	mu      sync.Mutex
+	members map[rdma.NodeID]*member
+	tombs   []tomb // recently dead or departed members
+	next    rdma.NodeID
+	prober  rdma.Prober
+
+	eraMu []sync.Mutex // one recovery at a time per era counter
+
+	stats Stats
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Stats are counts of control-path events, for metrics and tests.
+type Stats struct {
+	Joins, Leaves, Deaths                      atomic.Uint64
+	Recoveries, RecoveriesStale, RecoveriesRef atomic.Uint64
+}
+
+// New creates a memory node and starts its liveness monitor. Close stops it.
+func New(cfg Config) *Server {
+	cfg.defaults()
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		locks:   rdma.NewMemory(rdma.RegionLocks, "locks", cfg.Entries*16),
+		eras:    rdma.NewMemory(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
+		nodes:   rdma.NewMemory(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
+		state:   make([]atomic.Uint32, cfg.MaxNodes+1),
+		members: map[rdma.NodeID]*member{},
+		next:    1,
+		eraMu:   make([]sync.Mutex, cfg.Eras),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if cfg.RelBase != 0 {
+		var b [8]byte
+		putU64(b[:], cfg.RelBase)
+		for i := uint64(0); i < cfg.Entries; i++ {
+			_ = s.locks.Write(i*16+8, b[:])
+		}
+	}
+	go s.monitor()
+	return s
+}
+
+// Close stops the liveness monitor.
+func (s *Server) Close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+// Config returns the effective configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// Stats returns the control-path counters.
+func (s *Server) Stats() *Stats { return &s.stats }
+
+func (s *Server) Region(id rdma.RegionID) *rdma.Memory {
+	switch id {
+	case rdma.RegionLocks:
+		return s.locks
+	case rdma.RegionEras:
+		return s.eras
+	case rdma.RegionNodes:
+		return s.nodes
+	}
+	return nil
+}
+
+func (s *Server) Counters() *rdma.Counters { return &s.ctrs }
+
+func (s *Server) SetProber(p rdma.Prober) {
+	s.mu.Lock()
+	s.prober = p
+	s.mu.Unlock()
+}
+
+func (s *Server) layout() rdma.Layout {
+	return rdma.Layout{
+		Generation:        s.cfg.Generation,
+		Regions:           []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info()},
+		LockEntries:       s.cfg.Entries,
+		EraCount:          s.cfg.Eras,
+		HeartbeatInterval: s.cfg.HeartbeatInterval,
+		DeadAfter:         s.cfg.DeadAfter,
+	}
+}
+
+// Admit fails for nodes that are not live members: their access is revoked.
+func (s *Server) Admit(n rdma.NodeID) error {
+	if int(n) < len(s.state) && nodeState(s.state[n].Load()) == stateAlive {
+		return nil
+	}
+	return fmt.Errorf("%w: node %d is not a live member of this memory node", rdma.ErrUnreachable, n)
+}
+
+// Join admits a node under a fresh NodeID. IDs of dead or departed nodes are
+// not reused while they may still appear in lock entries or in flight.
+func (s *Server) Join(req rdma.JoinRequest) (rdma.JoinReply, error) {
+	now := time.Now()
+	if wait := s.cfg.GraceUntil.Sub(now); wait > 0 {
+		return rdma.JoinReply{}, fmt.Errorf("%w: restart grace, retry in %v", rdma.ErrUnavailable, wait.Round(time.Millisecond))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, err := s.allocID(now)
+	if err != nil {
+		return rdma.JoinReply{}, err
+	}
+	slot := rdma.NodeSlotSize * uint64(id)
+	_ = s.nodes.Write(slot, make([]byte, rdma.NodeSlotSize))
+	m := &member{id: id, name: req.Name, addr: req.Addr, joined: now, lastSeen: now, horizon: now}
+	s.members[id] = m
+	s.state[id].Store(uint32(stateAlive))
+	s.stats.Joins.Add(1)
+	s.log.Info("node joined", zap.Uint16("node", uint16(id)), zap.String("name", req.Name), zap.String("addr", req.Addr))
+	return rdma.JoinReply{Node: id, Layout: s.layout(), Peers: s.peersLocked()}, nil
+}
+
+// quarantine is how long a dead node's ID stays out of circulation.
+func (s *Server) quarantine() time.Duration { return 10 * s.cfg.DeadAfter }
+
+func (s *Server) allocID(now time.Time) (rdma.NodeID, error) {
+	inTomb := map[rdma.NodeID]bool{}
+	for _, t := range s.tombs {
+		if now.Sub(t.at) < s.quarantine() || now.Before(t.horizon) {
+			inTomb[t.id] = true
+		}
+	}
+	for tries := 0; tries < s.cfg.MaxNodes; tries++ {
+		id := s.next
+		s.next++
+		if int(s.next) > s.cfg.MaxNodes {
+			s.next = 1
+		}
+		if _, live := s.members[id]; !live && !inTomb[id] {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no free node IDs (max %d)", rdma.ErrUnavailable, s.cfg.MaxNodes)
+}
+
+// Leave removes a node that has released everything it held.
+func (s *Server) Leave(n rdma.NodeID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.members[n]
+	if !ok {
+		return
+	}
+	s.bury(m, time.Now(), "left")
+	s.stats.Leaves.Add(1)
+}
+
+// bury fences m and remembers until when its grants may still be valid.
+func (s *Server) bury(m *member, now time.Time, why string) {
+	delete(s.members, m.id)
+	s.state[m.id].Store(uint32(stateDead))
+	var b [8]byte
+	putU64(b[:], rdma.SlotDead)
+	_ = s.nodes.Write(rdma.NodeSlotSize*uint64(m.id)+rdma.SlotStatus, b[:])
+	s.tombs = append(s.tombs, tomb{id: m.id, at: now, horizon: m.horizon})
+	s.log.Info("node removed", zap.Uint16("node", uint16(m.id)), zap.String("name", m.name), zap.String("why", why),
+		zap.Duration("horizon_in", time.Until(m.horizon).Round(time.Millisecond)))
+}
+
+func (s *Server) Peers() []rdma.Peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peersLocked()
+}
+
+func (s *Server) peersLocked() []rdma.Peer {
+	ps := make([]rdma.Peer, 0, len(s.members))
+	for _, m := range s.members {
+		ps = append(ps, rdma.Peer{Node: m.id, Addr: m.addr})
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Node < ps[j].Node })
+	return ps
+}
+
+// Members returns the live members' IDs, for tests and INFO.
+func (s *Server) Members() []rdma.NodeID {
+	ps := s.Peers()
+	ids := make([]rdma.NodeID, len(ps))
+	for i, p := range ps {
+		ids[i] = p.Node
+	}
+	return ids
+}
+
+// monitor turns heartbeats in the node table into liveness: a member whose
+// sequence has not moved for DeadAfter is declared dead and fenced.
+func (s *Server) monitor() {
+	defer close(s.done)
+	iv := s.cfg.HeartbeatInterval / 2
+	if iv < time.Millisecond {
+		iv = time.Millisecond
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.sweep(now)
+		}
+	}
+}
+
+func (s *Server) sweep(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.members {
+		s.observe(m, now)
+		if now.Sub(m.lastSeen) > s.cfg.DeadAfter {
+			s.stats.Deaths.Add(1)
+			s.bury(m, now, fmt.Sprintf("no heartbeat for %v", now.Sub(m.lastSeen).Round(time.Millisecond)))
+		}
+	}
+	kept := s.tombs[:0]
+	for _, t := range s.tombs {
+		if now.Sub(t.at) < s.quarantine() || now.Before(t.horizon) {
+			kept = append(kept, t)
+		}
+	}
+	s.tombs = kept
+}
+
+// observe reads m's slot. The sequence is read before the horizon: the node
+// writes the horizon first, so a new sequence implies its horizon is visible.
+func (s *Server) observe(m *member, now time.Time) {
+	base := rdma.NodeSlotSize * uint64(m.id)
+	seq, _ := s.nodes.Load8(base + rdma.SlotSeq)
+	if seq == m.lastSeq {
+		return
+	}
+	ms, _ := s.nodes.Load8(base + rdma.SlotHorizon)
+	m.lastSeq = seq
+	m.lastSeen = now
+	if ms > uint64(365*24*time.Hour/time.Millisecond) {
+		ms = uint64(365 * 24 * time.Hour / time.Millisecond)
+	}
+	d := time.Duration(float64(time.Duration(ms)*time.Millisecond) * (1 + s.cfg.ClockDrift))
+	if h := now.Add(d); h.After(m.horizon) {
+		m.horizon = h
+	}
+}
+
+// Recover performs an era-guarded reset of a lock entry when, and only when,
+// no live member holds it and every recently dead member's lease horizon has
+// passed. See docs/recovery-design.md for the argument.
+func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.RecoverReply, error) {
+	if req.Entry >= s.cfg.Entries {
+		return rdma.RecoverReply{}, fmt.Errorf("%w: entry %d out of range", rdma.ErrBadRequest, req.Entry)
+	}
+	eraIdx := req.Entry % s.cfg.Eras
+	mu := &s.eraMu[eraIdx]
+	mu.Lock()
+	defer mu.Unlock()
+	eraOff := eraIdx * 8
+	era, _ := s.eras.Load8(eraOff)
+	refuse := func(after time.Duration, why string) (rdma.RecoverReply, error) {
+		s.stats.RecoveriesRef.Add(1)
+		return rdma.RecoverReply{Status: rdma.RecoverRefused, Era: era, RetryAfter: after, Reason: why}, nil
+	}
+	if req.Era != era {
+		s.stats.RecoveriesStale.Add(1)
+		return rdma.RecoverReply{Status: rdma.RecoverStale, Era: era, Reason: "era moved on"}, nil
+	}
+	entryOff := req.Entry * 16
+	var buf [16]byte
+	_ = s.locks.Read(entryOff, buf[:])
+	before := rdma.U128From(buf[:])
+	if before.Lo&^(1<<63) == 0 {
+		s.stats.RecoveriesStale.Add(1)
+		return rdma.RecoverReply{Status: rdma.RecoverStale, Era: era, Reason: "entry is free"}, nil
+	}
+
+	now := time.Now()
+	s.mu.Lock()
+	var wait time.Duration
+	for _, t := range s.tombs {
+		if d := t.horizon.Sub(now); d > wait {
+			wait = d
+		}
+	}
+	if req.Suspect != 0 {
+		if _, live := s.members[req.Suspect]; live {
+			s.mu.Unlock()
+			return refuse(s.cfg.HeartbeatInterval, fmt.Sprintf("suspect node %d is alive", req.Suspect))
+		}
+	}
+	live := make([]rdma.NodeID, 0, len(s.members))
+	for id := range s.members {
+		live = append(live, id)
+	}
+	prober := s.prober
+	s.mu.Unlock()
+	if wait > 0 {
+		return refuse(wait, "a dead node's lease horizon has not passed")
+	}
+	if len(live) > 0 && prober == nil {
+		return refuse(s.cfg.HeartbeatInterval, "no prober to ask live members")
+	}
+	for _, id := range live {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+		h, err := prober.Probe(pctx, id, req.Entry)
+		cancel()
+		if err != nil {
+			if s.Admit(id) != nil {
+				continue // it died meanwhile; its horizon is checked on the next try
+			}
+			return refuse(s.cfg.HeartbeatInterval, fmt.Sprintf("probe of node %d failed: %v", id, err))
+		}
+		if h == rdma.HoldActive {
+			return refuse(s.cfg.HeartbeatInterval, fmt.Sprintf("node %d holds the entry", id))
+		}
+	}
+	// A member that died during the probes has a horizon we have not waited for.
+	s.mu.Lock()
+	for _, t := range s.tombs {
+		if t.horizon.After(time.Now()) {
+			s.mu.Unlock()
+			return refuse(time.Until(t.horizon), "a node died during recovery")
+		}
+	}
+	s.mu.Unlock()
+
+	all := rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
+	after := rdma.U128{Lo: 0, Hi: before.Hi + rdma.RecoveryLeap}
+	old, _ := s.locks.MaskedCAS128(entryOff, before, all, after, all)
+	if old != before {
+		return refuse(0, "entry changed during recovery")
+	}
+	newEra, _ := s.eras.MaskedFAA64(eraOff, 1, 0)
+	newEra++
+	s.stats.Recoveries.Add(1)
+	s.log.Warn("lock entry recovered", zap.Uint64("entry", req.Entry), zap.Uint64("era", newEra),
+		zap.Uint16("suspect", uint16(req.Suspect)), zap.Uint64("relcnt", after.Hi))
+	return rdma.RecoverReply{Status: rdma.RecoverDone, Era: newEra}, nil
+}
+
+// ErrClosed is returned by operations on a closed server.
+var ErrClosed = errors.New("memnode: closed")
+
+func putU64(b []byte, v uint64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}

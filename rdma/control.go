@@ -1,0 +1,205 @@
+package rdma
+
+import (
+	"context"
+	"time"
+)
+
+// Well-known regions of a memory node. A memory node registers all three;
+// Layout tells a joining node their sizes.
+const (
+	// RegionLocks holds the lock table: 16-byte entries.
+	RegionLocks RegionID = 1
+	// RegionEras holds the recovery era counters: 8-byte words.
+	RegionEras RegionID = 2
+	// RegionNodes holds the node table: one NodeSlotSize slot per NodeID,
+	// where each node heartbeats with one-sided writes.
+	RegionNodes RegionID = 3
+)
+
+// NodeSlotSize is the size of one node-table slot. Word 0 is the node's lease
+// horizon in milliseconds from its heartbeat, word 1 the heartbeat sequence,
+// word 2 the status the memory node writes (SlotDead once declared dead), word
+// 3 is reserved. The node writes words 0 and 1 in one Write, horizon first, so
+// a reader that sees a new sequence also sees that heartbeat's horizon.
+const NodeSlotSize = 32
+
+// Node-slot word offsets and status values.
+const (
+	SlotHorizon = 0
+	SlotSeq     = 8
+	SlotStatus  = 16
+	SlotDead    = 1
+)
+
+// RegionInfo describes a registered region.
+type RegionInfo struct {
+	ID   RegionID
+	Name string
+	Size uint64
+}
+
+// Layout is what a node learns about its memory node when it joins.
+type Layout struct {
+	// Generation changes every time the memory node starts; a node that sees
+	// a new generation must rejoin, because the lock table was lost.
+	Generation uint64
+	Regions    []RegionInfo
+	// LockEntries is the number of 16-byte entries in RegionLocks.
+	LockEntries uint64
+	// EraCount is the number of 8-byte era counters in RegionEras.
+	EraCount uint64
+	// HeartbeatInterval is how often members write their node-table slot;
+	// DeadAfter is how long a silent member has before it is declared dead.
+	HeartbeatInterval time.Duration
+	DeadAfter         time.Duration
+}
+
+// EntryAddr is the address of lock-table entry i.
+func (l Layout) EntryAddr(i uint64) Addr { return Addr{RegionLocks, i * 16} }
+
+// EraAddr is the address of the era counter that guards lock entry i. Entries
+// are spread over the counters so that recoveries of different entries do not
+// queue behind one era (ShiftLock §3.6, "Improving recovery performance").
+func (l Layout) EraAddr(entry uint64) Addr {
+	if l.EraCount == 0 {
+		return Addr{RegionEras, 0}
+	}
+	return Addr{RegionEras, (entry % l.EraCount) * 8}
+}
+
+// NodeSlotAddr is the node-table slot of node n.
+func (l Layout) NodeSlotAddr(n NodeID) Addr { return Addr{RegionNodes, uint64(n) * NodeSlotSize} }
+
+// Peer is an entry of the address book: where a node receives Sends.
+type Peer struct {
+	Node NodeID
+	Addr string
+}
+
+// JoinRequest is what a node presents when it joins a memory node.
+type JoinRequest struct {
+	// Name is for logs and metrics.
+	Name string
+	// Addr is where other nodes reach this node's Sends ("" in-process).
+	Addr string
+}
+
+// JoinReply assigns the node its ID and gives it the layout and address book.
+type JoinReply struct {
+	Node   NodeID
+	Layout Layout
+	Peers  []Peer
+}
+
+// RecoverRequest asks the memory node to reset a lock entry whose holder or
+// queue predecessor looks dead (ShiftLock §3.6). Era is the value the waiter
+// read from the entry's era counter before deciding; a request carrying an
+// old era is refused, which is what makes recovery happen once per failure.
+type RecoverRequest struct {
+	Entry   uint64 // lock-table index
+	Era     uint64
+	Suspect NodeID // the node the waiter believes blocks it; 0 if unknown
+}
+
+// RecoverStatus is the memory node's answer to a RecoverRequest.
+type RecoverStatus uint8
+
+const (
+	// RecoverDone: the entry was reset and the era bumped.
+	RecoverDone RecoverStatus = iota + 1
+	// RecoverStale: the era moved on; someone already recovered. Re-read.
+	RecoverStale
+	// RecoverRefused: not safe (yet), e.g. the suspect is alive or its lease
+	// horizon has not passed. Wait RetryAfter and look again.
+	RecoverRefused
+)
+
+func (s RecoverStatus) String() string {
+	switch s {
+	case RecoverDone:
+		return "done"
+	case RecoverStale:
+		return "stale"
+	case RecoverRefused:
+		return "refused"
+	}
+	return "unknown"
+}
+
+// RecoverReply answers a RecoverRequest.
+type RecoverReply struct {
+	Status     RecoverStatus
+	Era        uint64 // the era after the call
+	RetryAfter time.Duration
+	Reason     string
+}
+
+// Control is a node's handle on its memory node's control path. These calls
+// use the memory node's CPU, so nothing on a lock's fast path may use them.
+type Control interface {
+	// Peers returns the current address book.
+	Peers(ctx context.Context) ([]Peer, error)
+	// Recover asks for an era-guarded reset of a lock entry.
+	Recover(ctx context.Context, req RecoverRequest) (RecoverReply, error)
+}
+
+// Hold is a node's answer when the memory node probes it about a lock entry
+// before a recovery (see docs/recovery-design.md).
+type Hold uint8
+
+const (
+	// HoldNone: the node has nothing to do with the entry.
+	HoldNone Hold = iota
+	// HoldWaiting: the node only has queued waiters on the entry; a reset
+	// makes them start over, which is safe.
+	HoldWaiting
+	// HoldActive: the node holds the entry, or has an acquire whose outcome
+	// it does not know yet. A reset now could double-grant.
+	HoldActive
+)
+
+func (h Hold) String() string {
+	switch h {
+	case HoldNone:
+		return "none"
+	case HoldWaiting:
+		return "waiting"
+	case HoldActive:
+		return "active"
+	}
+	return "unknown"
+}
+
+// Prober lets a memory node ask a member about an entry. Fabrics provide it
+// to the Host they serve (see Host.SetProber).
+type Prober interface {
+	Probe(ctx context.Context, n NodeID, entry uint64) (Hold, error)
+}
+
+// Host is the memory-node side that fabrics serve: registered memory plus the
+// control path. memnode implements it; memfab calls it directly and tcpfab
+// serves it over the wire.
+type Host interface {
+	// Region returns a registered region, or nil.
+	Region(id RegionID) *Memory
+	// Counters count the verbs that arrive at this memory node.
+	Counters() *Counters
+	Join(req JoinRequest) (JoinReply, error)
+	Leave(n NodeID)
+	Peers() []Peer
+	Recover(ctx context.Context, req RecoverRequest) (RecoverReply, error)
+	// Admit is checked before a node's verbs run. It fails (wrapping
+	// ErrUnreachable) once the node has left or was declared dead: its
+	// access is revoked, as destroying its queue pair would, so a node that
+	// wakes up from a long pause cannot touch the table with stale intent.
+	Admit(n NodeID) error
+	// SetProber gives the host a way to reach members' probe handlers.
+	SetProber(p Prober)
+}
+
+// RecoveryLeap is what a recovery adds to an entry's release counter (word 1)
+// after zeroing its control word (word 0). Waiters that see the counter jump
+// by at least RecoveryLeap/2 past what they expect know the entry was reset
+// and start over. See docs/recovery-design.md for why it is not 2^63.
+const RecoveryLeap = 1 << 40

@@ -1,0 +1,86 @@
+package rdma
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+func TestMemoryBoundsAndAlignment(t *testing.T) {
+	m := NewMemory(1, "t", 64)
+	buf := make([]byte, 8)
+	cases := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"read past end", m.Read(64, buf), ErrOutOfBounds},
+		{"read straddling end", m.Read(60, buf), ErrMisaligned},
+		{"read odd length", m.Read(0, make([]byte, 3)), ErrMisaligned},
+		{"huge offset", m.Write(^uint64(0)-7, buf), ErrOutOfBounds},
+		{"wide atomic at 8", errOf(m.MaskedCAS128(8, U128{}, U128{}, U128{}, U128{})), ErrMisaligned},
+		{"narrow atomic misaligned", errOf64(m.MaskedFAA64(4, 1, 0)), ErrMisaligned},
+		{"wide atomic past end", errOf(m.MaskedFAA128(64, U128{}, U128{})), ErrOutOfBounds},
+	}
+	for _, c := range cases {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.err, c.want)
+		}
+	}
+	if err := m.Read(56, buf); err != nil {
+		t.Fatalf("last word must be readable: %v", err)
+	}
+}
+
+func errOf(_ U128, err error) error     { return err }
+func errOf64(_ uint64, err error) error { return err }
+
+func TestMemoryExecMatchesTypedVerbs(t *testing.T) {
+	m := NewMemory(1, "t", 32)
+	var b Batch
+	b.MaskedFAA128(Addr{1, 16}, U128{1, 2}, U128{})
+	b.CAS(Addr{1, 0}, 0, 7)
+	b.FAA(Addr{1, 0}, 3)
+	b.Write(Addr{1, 8}, []byte{9, 0, 0, 0, 0, 0, 0, 0})
+	rd := make([]byte, 32)
+	b.Read(Addr{1, 0}, rd)
+	for i := range b.Ops {
+		if err := m.Exec(&b.Ops[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Old64(1) != 0 || b.Old64(2) != 7 {
+		t.Fatalf("old values: %d %d", b.Old64(1), b.Old64(2))
+	}
+	if got := U128From(rd[16:]); got != (U128{1, 2}) {
+		t.Fatalf("faa128 result %v", got)
+	}
+	if got := U128From(rd[0:]); got != (U128{10, 9}) {
+		t.Fatalf("cas/faa/write result %v", got)
+	}
+}
+
+func TestMemoryMaskedFAANoLostUpdates(t *testing.T) {
+	m := NewMemory(1, "t", 16)
+	cnt, rel := NewField(40, 23), NewField(64, 64)
+	b := Boundary(cnt, rel)
+	const workers, iters = 8, 5000
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < iters; i++ {
+				m.MaskedFAA128(0, cnt.Value(1).Or(rel.Value(1)), b)
+				m.MaskedFAA128(0, cnt.Neg(1), b)
+			}
+		}()
+	}
+	wg.Wait()
+	buf := make([]byte, 16)
+	m.Read(0, buf)
+	v := U128From(buf)
+	if cnt.Get(v) != 0 || rel.Get(v) != workers*iters {
+		t.Fatalf("lost updates: cnt=%d rel=%d", cnt.Get(v), rel.Get(v))
+	}
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine: redis-server and
+# redis-cli (real servers and a real CLI client), and python3-redis (redis-py's
+# Lock, driven as a subprocess). Runs apt only when something is missing and
+# only as root; otherwise it says what to install.
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+if ! /usr/bin/python3 -c 'import redis.lock' >/dev/null 2>&1; then
+  need+=(python3-redis)
+fi
+if ! command -v node >/dev/null 2>&1; then
+  need+=(nodejs npm)
+fi
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing: ${need[*]} (run as root, or: sudo apt-get install -y ${need[*]})" >&2
+  exit 1
+fi
+echo "installing: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
