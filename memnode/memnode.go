@@ -211,10 +211,15 @@ func (s *Server) layout() rdma.Layout {
 
 // Admit fails for nodes that are not live members: their access is revoked.
 func (s *Server) Admit(n rdma.NodeID) error {
-	if int(n) < len(s.state) && nodeState(s.state[n].Load()) == stateAlive {
-		return nil
+	if int(n) < len(s.state) {
+		switch nodeState(s.state[n].Load()) {
+		case stateAlive:
+			return nil
+		case stateDead:
+			return fmt.Errorf("%w: %w: node %d", rdma.ErrUnreachable, rdma.ErrFenced, n)
+		}
 	}
-	return fmt.Errorf("%w: node %d is not a live member of this memory node", rdma.ErrUnreachable, n)
+	return fmt.Errorf("%w: node %d is not a member of this memory node", rdma.ErrUnreachable, n)
 }
 
 // Join admits a node under a fresh NodeID. IDs of dead or departed nodes are

@@ -1,0 +1,57 @@
+package memnode_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+)
+
+func TestHeartbeatKeepsAliveAndSilenceFences(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 80 * time.Millisecond})
+	t.Cleanup(host.Close)
+	f := memfab.New(host)
+	a, _ := f.Join("a")
+	b, _ := f.Join("b")
+	fenced := make(chan error, 1)
+	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, func(err error) { fenced <- err })
+	defer hb.Stop()
+	time.Sleep(300 * time.Millisecond)
+	// a beats, b is silent.
+	if err := host.Admit(a.Node()); err != nil {
+		t.Fatalf("beating node was fenced: %v", err)
+	}
+	if err := host.Admit(b.Node()); err == nil {
+		t.Fatal("silent node still admitted")
+	}
+	if _, err := b.FAA(context.Background(), b.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("fenced node's verb: %v", err)
+	}
+	// A rejoin gets a new ID: the old one may still be in lock entries.
+	c, err := f.Join("b-again")
+	if err != nil || c.Node() == b.Node() {
+		t.Fatalf("rejoin: %v id %d (old %d)", err, c.Node(), b.Node())
+	}
+	select {
+	case err := <-fenced:
+		t.Fatalf("live node told it was fenced: %v", err)
+	default:
+	}
+}
+
+func TestHeartbeatLearnsItWasFenced(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond})
+	t.Cleanup(host.Close)
+	a, _ := memfab.New(host).Join("a")
+	time.Sleep(150 * time.Millisecond) // declared dead before it ever beats
+	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, nil)
+	defer hb.Stop()
+	err := hb.Push(context.Background(), time.Second)
+	if !errors.Is(err, rdma.ErrFenced) || !hb.Fenced() {
+		t.Fatalf("push after fencing: %v", err)
+	}
+}

@@ -1,0 +1,146 @@
+package rdma
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrFenced means the memory node declared this node dead. Its verb access is
+// revoked and whatever it held is void; it must rejoin under a new NodeID.
+var ErrFenced = errors.New("rdma: node was declared dead by its memory node")
+
+// Heartbeat keeps a node alive in its memory node's node table with one-sided
+// writes, and publishes its lease horizon: how long, from the heartbeat, any
+// grant it has made may still be in force. The memory node's CPU only reads
+// the table; it never answers a heartbeat.
+//
+// Each beat is one batch, one round trip: a Write of (horizon, seq) and a Read
+// of the status word, through which the node learns it was fenced.
+type Heartbeat struct {
+	ep      Endpoint
+	horizon func() time.Duration
+	fenced  func(error)
+
+	mu      sync.Mutex // serialises beats so sequence numbers reach memory in order
+	seq     uint64
+	lastOK  time.Time     // send time of the newest acknowledged beat
+	lastHzn time.Duration // horizon it published
+	err     error
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// StartHeartbeat beats every Layout().HeartbeatInterval. horizon is called
+// for each beat; fenced is called once, from the heartbeat goroutine, when the
+// memory node has declared the node dead.
+func StartHeartbeat(ep Endpoint, horizon func() time.Duration, fenced func(error)) *Heartbeat {
+	h := &Heartbeat{ep: ep, horizon: horizon, fenced: fenced, stop: make(chan struct{}), done: make(chan struct{})}
+	h.lastOK = time.Now() // joining counts as the first sign of life
+	go h.loop()
+	return h
+}
+
+func (h *Heartbeat) loop() {
+	defer close(h.done)
+	iv := h.ep.Layout().HeartbeatInterval
+	if iv <= 0 {
+		iv = 100 * time.Millisecond
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), iv*2)
+		err := h.Push(ctx, h.horizon())
+		cancel()
+		if errors.Is(err, ErrFenced) {
+			if h.fenced != nil {
+				h.fenced(err)
+			}
+			return
+		}
+	}
+}
+
+// Push beats now, publishing horizon, and returns once the memory node has
+// the beat. Call it before granting something that would outlive the
+// currently published horizon.
+func (h *Heartbeat) Push(ctx context.Context, horizon time.Duration) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return h.err
+	}
+	if horizon < 0 {
+		horizon = 0
+	}
+	h.seq++
+	var w [16]byte
+	binary.LittleEndian.PutUint64(w[0:], uint64((horizon+time.Millisecond-1)/time.Millisecond))
+	binary.LittleEndian.PutUint64(w[8:], h.seq)
+	var st [8]byte
+	slot := h.ep.Layout().NodeSlotAddr(h.ep.Node())
+	var b Batch
+	b.Write(slot, w[:])
+	b.Read(Addr{slot.Region, slot.Offset + SlotStatus}, st[:])
+	sent := time.Now()
+	if err := h.ep.Post(ctx, &b); err != nil {
+		if errors.Is(err, ErrFenced) {
+			h.err = err
+		}
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if err := b.FirstErr(); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if binary.LittleEndian.Uint64(st[:]) == SlotDead {
+		h.err = ErrFenced
+		return ErrFenced
+	}
+	h.lastOK = sent
+	h.lastHzn = horizon
+	return nil
+}
+
+// Published is the send time of the newest acknowledged beat and the horizon
+// it carried: every grant must end by at.Add(horizon).
+func (h *Heartbeat) Published() (at time.Time, horizon time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastOK, h.lastHzn
+}
+
+// LastAck is the send time of the newest acknowledged beat. A node whose
+// LastAck is older than its memory node's DeadAfter may already be declared
+// dead and must stop granting.
+func (h *Heartbeat) LastAck() time.Time {
+	at, _ := h.Published()
+	return at
+}
+
+// Fenced reports whether the memory node declared this node dead.
+func (h *Heartbeat) Fenced() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err != nil
+}
+
+// Stop ends the beats; the memory node will declare the node dead unless it
+// leaves first.
+func (h *Heartbeat) Stop() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	<-h.done
+}
