@@ -1,0 +1,366 @@
+package tcpfab
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// DefaultTimeout bounds a verb whose context has no deadline, so that a
+// memory node that vanishes without closing its connections (a cut link, a
+// frozen host) cannot hang callers. A node killed outright is noticed at
+// once: its kernel closes the connection.
+const DefaultTimeout = 10 * time.Second
+
+// Config configures an endpoint.
+type Config struct {
+	// Name is for the memory node's logs and metrics.
+	Name string
+	// PeerListen is where this node receives Sends (default "127.0.0.1:0").
+	PeerListen string
+	// Advertise is the address other nodes dial for Sends. Default: the
+	// PeerListen address, with an unspecified IP replaced by the local IP
+	// of the connection to the memory node.
+	Advertise string
+	// Timeout bounds verbs, Sends and control calls whose context has no
+	// deadline: 0 means DefaultTimeout, negative means none.
+	Timeout time.Duration
+	Logger  *zap.Logger
+}
+
+// Endpoint is one node's attachment to a memory node over TCP. It implements
+// rdma.Endpoint. It never reconnects: when the memory node goes away every
+// verb fails with ErrUnreachable, and the owner rejoins with a new Dial (and
+// gets a new NodeID).
+type Endpoint struct {
+	cfg     Config
+	log     *zap.Logger
+	node    rdma.NodeID
+	layout  rdma.Layout
+	known   []bool // registered regions by ID
+	timeout time.Duration
+
+	mn    *rpcConn
+	ctrs  rdma.Counters
+	recv  atomic.Pointer[func(rdma.Message) error]
+	probe atomic.Pointer[func(uint64) rdma.Hold]
+
+	closed atomic.Bool
+
+	peers peerSide
+	wg    sync.WaitGroup
+}
+
+var _ rdma.Endpoint = (*Endpoint)(nil)
+
+// Dial connects to the memory node at addr and joins it.
+func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
+	if cfg.PeerListen == "" {
+		cfg.PeerListen = "127.0.0.1:0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	e := &Endpoint{cfg: cfg, log: cfg.Logger, timeout: cfg.Timeout}
+	if e.timeout == 0 {
+		e.timeout = DefaultTimeout
+	}
+	ln, err := net.Listen("tcp", cfg.PeerListen)
+	if err != nil {
+		return nil, fmt.Errorf("tcpfab: peer listener: %w", err)
+	}
+	var d net.Dialer
+	if _, ok := ctx.Deadline(); !ok && e.timeout > 0 {
+		d.Timeout = e.timeout
+	}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("%w: memory node %s: %v", rdma.ErrUnreachable, addr, err)
+	}
+	e.mn = newRPCConn(c, "memory node "+addr, e.log)
+	e.mn.unsolicited = e.onProbe
+	e.mn.start()
+
+	adv := cfg.Advertise
+	if adv == "" {
+		adv = advertiseAddr(ln.Addr(), c.LocalAddr())
+	}
+	rep, err := e.join(ctx, rdma.JoinRequest{Name: cfg.Name, Addr: adv})
+	if err != nil {
+		_ = ln.Close()
+		e.mn.fail(rdma.ErrClosed)
+		<-e.mn.exited
+		return nil, err
+	}
+	e.node, e.layout = rep.Node, rep.Layout
+	for _, r := range rep.Layout.Regions {
+		for int(r.ID) >= len(e.known) {
+			e.known = append(e.known, false)
+		}
+		e.known[r.ID] = true
+	}
+	e.peers.init(e, ln, rep.Peers)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.peers.accept()
+	}()
+	return e, nil
+}
+
+// advertiseAddr is the listener's address as others can dial it.
+func advertiseAddr(ln, local net.Addr) string {
+	la, ok := ln.(*net.TCPAddr)
+	if !ok {
+		return ln.String()
+	}
+	if la.IP.IsUnspecified() {
+		if l, ok := local.(*net.TCPAddr); ok {
+			return (&net.TCPAddr{IP: l.IP, Port: la.Port}).String()
+		}
+	}
+	return la.String()
+}
+
+func (e *Endpoint) Node() rdma.NodeID                   { return e.node }
+func (e *Endpoint) Layout() rdma.Layout                 { return e.layout }
+func (e *Endpoint) Counters() *rdma.Counters            { return &e.ctrs }
+func (e *Endpoint) Control() rdma.Control               { return control{e} }
+func (e *Endpoint) Bind(fn func(rdma.Message) error)    { e.recv.Store(&fn) }
+func (e *Endpoint) BindProbe(fn func(uint64) rdma.Hold) { e.probe.Store(&fn) }
+
+// PeerAddr is where this endpoint receives Sends, as advertised.
+func (e *Endpoint) PeerAddr() string { return e.peers.self }
+
+// Close leaves the memory node (best effort, bounded by a second) and closes
+// every connection. Later verbs return ErrClosed; Sends to this node fail as
+// they would to a dead one.
+func (e *Endpoint) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.peers.close()
+	c := getCall(tLeave)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = e.mn.do(ctx, c, 0)
+	putCall(c)
+	cancel()
+	e.mn.fail(rdma.ErrClosed)
+	<-e.mn.exited
+	e.wg.Wait()
+	return nil
+}
+
+func (e *Endpoint) check(ctx context.Context) error {
+	if e.closed.Load() {
+		return rdma.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (e *Endpoint) registered(r rdma.RegionID) bool { return int(r) < len(e.known) && e.known[r] }
+
+// verb runs one verb. Counting follows memfab: a verb counts (with its
+// doorbell) once the memory node has admitted it to a registered region.
+func (e *Endpoint) verb(ctx context.Context, op *rdma.Op) (rdma.U128, error) {
+	if err := e.check(ctx); err != nil {
+		return rdma.U128{}, err
+	}
+	if !e.registered(op.Addr.Region) {
+		return rdma.U128{}, fmt.Errorf("%w: %d", rdma.ErrUnknownRegion, op.Addr.Region)
+	}
+	if (op.Verb == rdma.VerbRead || op.Verb == rdma.VerbWrite) && len(op.Buf) > MaxFrame-opFixed-8 {
+		return rdma.U128{}, fmt.Errorf("%w: %d bytes is more than one frame carries", rdma.ErrBadRequest, len(op.Buf))
+	}
+	c := getCall(tVerb)
+	c.op = *op
+	if err := e.mn.do(ctx, c, e.timeout); err != nil {
+		putCall(c)
+		return rdma.U128{}, err
+	}
+	old, err := c.op.Old, c.op.Err
+	if c.err != nil {
+		err = c.err
+	} else {
+		e.ctrs.Out(op.Verb)
+		e.ctrs.Out(rdma.VerbBatch)
+	}
+	putCall(c)
+	return old, err
+}
+
+func (e *Endpoint) Read(ctx context.Context, a rdma.Addr, p []byte) error {
+	_, err := e.verb(ctx, &rdma.Op{Verb: rdma.VerbRead, Addr: a, Buf: p})
+	return err
+}
+
+func (e *Endpoint) Write(ctx context.Context, a rdma.Addr, p []byte) error {
+	_, err := e.verb(ctx, &rdma.Op{Verb: rdma.VerbWrite, Addr: a, Buf: p})
+	return err
+}
+
+var all = rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
+
+func (e *Endpoint) CAS(ctx context.Context, a rdma.Addr, cmp, swap uint64) (uint64, error) {
+	old, err := e.verb(ctx, &rdma.Op{Verb: rdma.VerbCAS, Addr: a, Compare: rdma.U64(cmp), CompareMask: rdma.U64(all.Lo), Value: rdma.U64(swap), Mask: rdma.U64(all.Lo)})
+	return old.Lo, err
+}
+
+func (e *Endpoint) FAA(ctx context.Context, a rdma.Addr, add uint64) (uint64, error) {
+	old, err := e.verb(ctx, &rdma.Op{Verb: rdma.VerbFAA, Addr: a, Value: rdma.U64(add)})
+	return old.Lo, err
+}
+
+func (e *Endpoint) MaskedCAS64(ctx context.Context, a rdma.Addr, cmp, cmpMask, swap, swapMask uint64) (uint64, error) {
+	old, err := e.verb(ctx, &rdma.Op{Verb: rdma.VerbMaskedCAS, Addr: a, Compare: rdma.U64(cmp), CompareMask: rdma.U64(cmpMask), Value: rdma.U64(swap), Mask: rdma.U64(swapMask)})
+	return old.Lo, err
+}
+
+func (e *Endpoint) MaskedFAA64(ctx context.Context, a rdma.Addr, add, boundary uint64) (uint64, error) {
+	old, err := e.verb(ctx, &rdma.Op{Verb: rdma.VerbMaskedFAA, Addr: a, Value: rdma.U64(add), Mask: rdma.U64(boundary)})
+	return old.Lo, err
+}
+
+func (e *Endpoint) MaskedCAS128(ctx context.Context, a rdma.Addr, cmp, cmpMask, swap, swapMask rdma.U128) (rdma.U128, error) {
+	return e.verb(ctx, &rdma.Op{Verb: rdma.VerbMaskedCAS, Wide: true, Addr: a, Compare: cmp, CompareMask: cmpMask, Value: swap, Mask: swapMask})
+}
+
+func (e *Endpoint) MaskedFAA128(ctx context.Context, a rdma.Addr, add, boundary rdma.U128) (rdma.U128, error) {
+	return e.verb(ctx, &rdma.Op{Verb: rdma.VerbMaskedFAA, Wide: true, Addr: a, Value: add, Mask: boundary})
+}
+
+// Post sends the whole batch in one frame; the memory node executes it in
+// order and answers in one frame.
+func (e *Endpoint) Post(ctx context.Context, b *rdma.Batch) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	if len(b.Ops) > maxBatch {
+		return fmt.Errorf("%w: %d verbs in one batch (max %d)", rdma.ErrBadRequest, len(b.Ops), maxBatch)
+	}
+	reqSize, reserve := 0, 0
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		n := opReqSize(op)
+		if n < 0 {
+			return fmt.Errorf("%w: verb %d (%v) cannot be posted", rdma.ErrBadRequest, i, op.Verb)
+		}
+		reqSize += n
+		reserve += opReplyReserve(op.Verb, op.Wide, len(op.Buf))
+	}
+	if reqSize > MaxFrame || reserve > MaxFrame {
+		return fmt.Errorf("%w: batch needs %d/%d bytes, more than one frame carries", rdma.ErrBadRequest, reqSize, reserve)
+	}
+	c := getCall(tBatch)
+	c.batch = b
+	if err := e.mn.do(ctx, c, e.timeout); err != nil {
+		putCall(c)
+		return err
+	}
+	err := c.err
+	putCall(c)
+	if err != nil {
+		return err
+	}
+	e.ctrs.Out(rdma.VerbBatch)
+	for i := range b.Ops {
+		if e.registered(b.Ops[i].Addr.Region) {
+			e.ctrs.Out(b.Ops[i].Verb)
+		}
+	}
+	return nil
+}
+
+// join runs the Join control call.
+func (e *Endpoint) join(ctx context.Context, req rdma.JoinRequest) (rdma.JoinReply, error) {
+	var rep rdma.JoinReply
+	err := e.controlCall(ctx, tJoin, appendJoinRequest(nil, req), func(p []byte) (err error) {
+		rep, err = decodeJoinReply(p)
+		return err
+	})
+	return rep, err
+}
+
+// controlCall sends a control request and decodes its reply with dec.
+func (e *Endpoint) controlCall(ctx context.Context, typ uint8, req []byte, dec func([]byte) error) error {
+	c := getCall(typ)
+	c.req = req
+	defer putCall(c)
+	if err := e.mn.do(ctx, c, e.timeout); err != nil {
+		return err
+	}
+	if c.err != nil {
+		return c.err
+	}
+	if err := dec(c.body); err != nil {
+		return fmt.Errorf("%w: %s: bad control reply: %v", rdma.ErrUnreachable, e.mn.what, err)
+	}
+	return nil
+}
+
+func (e *Endpoint) fetchPeers(ctx context.Context) ([]rdma.Peer, error) {
+	var ps []rdma.Peer
+	err := e.controlCall(ctx, tPeers, nil, func(p []byte) (err error) {
+		ps, err = decodePeers(p)
+		return err
+	})
+	if err == nil {
+		e.ctrs.Out(rdma.VerbControl)
+	}
+	return ps, err
+}
+
+type control struct{ e *Endpoint }
+
+func (c control) Peers(ctx context.Context) ([]rdma.Peer, error) {
+	if err := c.e.check(ctx); err != nil {
+		return nil, err
+	}
+	ps, err := c.e.fetchPeers(ctx)
+	if err == nil {
+		c.e.peers.learn(ps)
+	}
+	return ps, err
+}
+
+func (c control) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.RecoverReply, error) {
+	if err := c.e.check(ctx); err != nil {
+		return rdma.RecoverReply{}, err
+	}
+	var rep rdma.RecoverReply
+	err := c.e.controlCall(ctx, tRecover, appendRecoverRequest(nil, req), func(p []byte) (err error) {
+		rep, err = decodeRecoverReply(p)
+		return err
+	})
+	if err == nil {
+		c.e.ctrs.Out(rdma.VerbControl)
+	}
+	return rep, err
+}
+
+// onProbe answers the memory node's probe on a goroutine of its own: the
+// handler is the lock layer's and may take its locks, which must never stall
+// the reader that completes everyone's verbs.
+func (e *Endpoint) onProbe(h header, body []byte) error {
+	if h.Type != tProbe || len(body) != 8 {
+		return fmt.Errorf("%w: unexpected frame type %#02x", errStream, h.Type)
+	}
+	entry := binary.LittleEndian.Uint64(body)
+	go func() {
+		hold := rdma.HoldActive
+		if fn := e.probe.Load(); fn != nil {
+			hold = (*fn)(entry)
+		}
+		e.mn.reply(tProbeReply, h.ID, []byte{byte(hold)})
+	}()
+	return nil
+}

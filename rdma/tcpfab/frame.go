@@ -1,0 +1,314 @@
+package tcpfab
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// Frame header layout; see PROTOCOL.md.
+const (
+	headerSize = 12
+	magic      = 0xA7
+
+	// MaxFrame bounds a frame body. It caps what one bad peer can make a
+	// server buffer, and so also the size of a Read, a Write or a Batch.
+	MaxFrame = 1 << 20
+)
+
+// Frame types. Replies set the high bit of their request's type.
+const (
+	tJoin    uint8 = 0x01
+	tLeave   uint8 = 0x02
+	tPeers   uint8 = 0x03
+	tRecover uint8 = 0x04
+	tVerb    uint8 = 0x05
+	tBatch   uint8 = 0x06
+	// tProbeReply answers a server-initiated tProbe, carrying its id.
+	tProbeReply uint8 = 0x07
+	// tSend travels only between nodes, on the peer port.
+	tSend uint8 = 0x10
+
+	replyBit = 0x80
+
+	tJoinReply    = tJoin | replyBit
+	tLeaveReply   = tLeave | replyBit
+	tPeersReply   = tPeers | replyBit
+	tRecoverReply = tRecover | replyBit
+	tVerbReply    = tVerb | replyBit
+	tBatchReply   = tBatch | replyBit
+	// tProbe is the memory node asking a member about an entry.
+	tProbe    = tProbeReply | replyBit
+	tSendAck  = tSend | replyBit
+	tError    = 0xFF // a request failed as a whole
+	maxBatch  = 1<<16 - 1
+	maxString = 1<<16 - 1
+)
+
+type header struct {
+	Len   uint32
+	Type  uint8
+	Count uint16
+	ID    uint32
+}
+
+func appendHeader(b []byte, h header) []byte {
+	b = binary.LittleEndian.AppendUint32(b, h.Len)
+	b = append(b, magic, h.Type)
+	b = binary.LittleEndian.AppendUint16(b, h.Count)
+	return binary.LittleEndian.AppendUint32(b, h.ID)
+}
+
+// errStream is a framing error: the byte stream cannot be trusted past it, so
+// the connection is closed.
+var errStream = errors.New("tcpfab: bad stream")
+
+func decodeHeader(p []byte) (header, error) {
+	if len(p) < headerSize {
+		return header{}, fmt.Errorf("%w: short header", errStream)
+	}
+	if p[4] != magic {
+		return header{}, fmt.Errorf("%w: bad magic %#02x", errStream, p[4])
+	}
+	h := header{
+		Len:   binary.LittleEndian.Uint32(p[0:]),
+		Type:  p[5],
+		Count: binary.LittleEndian.Uint16(p[6:]),
+		ID:    binary.LittleEndian.Uint32(p[8:]),
+	}
+	if h.Len > MaxFrame {
+		return header{}, fmt.Errorf("%w: frame of %d bytes exceeds the %d-byte limit", errStream, h.Len, MaxFrame)
+	}
+	return h, nil
+}
+
+// beginFrame appends a header with a length to be filled in by endFrame, so
+// a body can be encoded in place without knowing its size first.
+func beginFrame(b []byte, typ uint8, count uint16, id uint32) ([]byte, int) {
+	return appendHeader(b, header{Type: typ, Count: count, ID: id}), len(b)
+}
+
+func endFrame(b []byte, start int) []byte {
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-headerSize))
+	return b
+}
+
+// frameReader yields frames from a buffered stream. A body is valid until the
+// next call to next; small bodies are not copied out of the read buffer.
+type frameReader struct {
+	r       *bufio.Reader
+	discard int
+	scratch []byte
+}
+
+func newFrameReader(r io.Reader) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+func (fr *frameReader) next() (header, []byte, error) {
+	if fr.discard > 0 {
+		_, _ = fr.r.Discard(fr.discard)
+		fr.discard = 0
+	}
+	hb, err := fr.r.Peek(headerSize)
+	if err != nil {
+		return header{}, nil, err
+	}
+	h, err := decodeHeader(hb)
+	if err != nil {
+		return header{}, nil, err
+	}
+	_, _ = fr.r.Discard(headerSize)
+	n := int(h.Len)
+	if n <= fr.r.Size() {
+		body, err := fr.r.Peek(n)
+		if err != nil {
+			return header{}, nil, unexpected(err)
+		}
+		fr.discard = n
+		return h, body, nil
+	}
+	if cap(fr.scratch) < n {
+		fr.scratch = make([]byte, n)
+	}
+	body := fr.scratch[:n]
+	if _, err := io.ReadFull(fr.r, body); err != nil {
+		return header{}, nil, unexpected(err)
+	}
+	return h, body, nil
+}
+
+// buffered reports whether another frame may be read without blocking: the
+// signal to flush replies.
+func (fr *frameReader) buffered() bool { return fr.r.Buffered() > fr.discard }
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Errors cross the wire as a bit set of the rdma sentinels they match plus
+// their text, so errors.Is works on the receiving side for every sentinel the
+// sender's error wrapped (a fenced node's error is both ErrUnreachable and
+// ErrFenced).
+var sentinels = [...]error{
+	rdma.ErrUnreachable,
+	rdma.ErrNotReady,
+	rdma.ErrClosed,
+	rdma.ErrUnknownRegion,
+	rdma.ErrOutOfBounds,
+	rdma.ErrMisaligned,
+	rdma.ErrUnavailable,
+	rdma.ErrBadRequest,
+	rdma.ErrFenced,
+}
+
+func errMask(err error) uint16 {
+	var m uint16
+	for i, s := range sentinels {
+		if errors.Is(err, s) {
+			m |= 1 << i
+		}
+	}
+	return m
+}
+
+// remoteError is an error decoded from the wire.
+type remoteError struct {
+	mask uint16
+	msg  string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+
+func (e *remoteError) Unwrap() []error {
+	var errs []error
+	for i, s := range sentinels {
+		if e.mask&(1<<i) != 0 {
+			errs = append(errs, s)
+		}
+	}
+	return errs
+}
+
+// appendError encodes err with at most limit bytes of its text.
+func appendError(b []byte, err error, limit int) []byte {
+	msg := err.Error()
+	limit = min(limit, maxString)
+	if len(msg) > limit {
+		msg = msg[:max(limit, 0)]
+	}
+	b = binary.LittleEndian.AppendUint16(b, errMask(err))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(msg)))
+	return append(b, msg...)
+}
+
+func decodeError(d *decoder) error {
+	mask := d.u16()
+	msg := d.str()
+	if d.err != nil {
+		return d.err
+	}
+	if msg == "" {
+		// The sender trimmed the text to fit its reply budget; the sentinels
+		// still say what went wrong.
+		msg = "tcpfab: remote error"
+		for i, s := range sentinels {
+			if mask&(1<<i) != 0 {
+				msg = s.Error()
+				break
+			}
+		}
+	}
+	return &remoteError{mask: mask, msg: msg}
+}
+
+// decoder reads little-endian fields from a body. The first short read sets
+// err and makes every later read return zero, so decoding code checks once.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+var errShort = fmt.Errorf("%w: truncated body", rdma.ErrBadRequest)
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.err = errShort
+		d.b = nil
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) u8() uint8 {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if p := d.take(2); p != nil {
+		return binary.LittleEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *decoder) u128() rdma.U128 {
+	if p := d.take(16); p != nil {
+		return rdma.U128From(p)
+	}
+	return rdma.U128{}
+}
+
+func (d *decoder) str() string {
+	n := d.u16()
+	return string(d.take(int(n)))
+}
+
+// done fails if bytes are left over: a body must be exactly its contents.
+func (d *decoder) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", rdma.ErrBadRequest, len(d.b))
+	}
+	return d.err
+}
+
+func appendU128(b []byte, v rdma.U128) []byte {
+	b = binary.LittleEndian.AppendUint64(b, v.Lo)
+	return binary.LittleEndian.AppendUint64(b, v.Hi)
+}
+
+func appendStr(b []byte, s string) []byte {
+	if len(s) > maxString {
+		s = s[:maxString]
+	}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}

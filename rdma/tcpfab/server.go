@@ -1,0 +1,409 @@
+package tcpfab
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// ErrServerClosed is returned by Server.Serve after Close.
+var ErrServerClosed = errors.New("tcpfab: server closed")
+
+// Server serves one memory node's regions and control path over TCP. Verbs
+// execute through the Host's Memory, exactly as memfab executes them, on the
+// connection's reader goroutine, so a connection's verbs complete in order.
+type Server struct {
+	host rdma.Host
+	log  *zap.Logger
+
+	mu     sync.Mutex
+	lns    map[net.Listener]struct{}
+	conns  map[*sconn]struct{}
+	byNode map[rdma.NodeID]*sconn
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ rdma.Prober = (*Server)(nil)
+
+// NewServer returns a server for host and installs it as host's prober.
+func NewServer(host rdma.Host, log *zap.Logger) *Server {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{
+		host: host, log: log,
+		lns:    map[net.Listener]struct{}{},
+		conns:  map[*sconn]struct{}{},
+		byNode: map[rdma.NodeID]*sconn{},
+	}
+	host.SetProber(s)
+	return s
+}
+
+// Serve serves host on ln until ctx is done, then closes every connection
+// and returns nil; it returns early with the error if ln fails.
+func Serve(ctx context.Context, ln net.Listener, host rdma.Host, log *zap.Logger) error {
+	s := NewServer(host, log)
+	stop := context.AfterFunc(ctx, func() { _ = s.Close() })
+	defer stop()
+	err := s.Serve(ln)
+	if ctx.Err() != nil {
+		return nil
+	}
+	_ = s.Close()
+	return err
+}
+
+// Serve accepts connections on ln until ln fails or the server is closed.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrServerClosed
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			delete(s.lns, ln)
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		sc := &sconn{srv: s, c: c, s: newSender(c), remote: c.RemoteAddr().String(),
+			probes: map[uint32]chan rdma.Hold{}, gone: make(chan struct{})}
+		sc.ctx, sc.cancel = context.WithCancel(context.Background())
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return ErrServerClosed
+		}
+		s.conns[sc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go sc.serve()
+	}
+}
+
+// Close stops accepting, closes every connection and waits for their
+// goroutines. Members are not told to leave: to the memory node a closed
+// connection is a silent member, which heartbeats decide about.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for ln := range s.lns {
+		_ = ln.Close()
+	}
+	for sc := range s.conns {
+		_ = sc.c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Probe implements rdma.Prober: it asks the member over its own connection.
+func (s *Server) Probe(ctx context.Context, n rdma.NodeID, entry uint64) (rdma.Hold, error) {
+	s.mu.Lock()
+	sc := s.byNode[n]
+	s.mu.Unlock()
+	if sc == nil {
+		return 0, fmt.Errorf("%w: node %d has no connection", rdma.ErrUnreachable, n)
+	}
+	ch := make(chan rdma.Hold, 1)
+	sc.pmu.Lock()
+	sc.nextProbe++
+	id := sc.nextProbe
+	sc.probes[id] = ch
+	sc.pmu.Unlock()
+	defer func() {
+		sc.pmu.Lock()
+		delete(sc.probes, id)
+		sc.pmu.Unlock()
+	}()
+	b, err := sc.s.lock()
+	if err == nil {
+		b = appendHeader(b, header{Len: 8, Type: tProbe, ID: id})
+		sc.s.unlock(binary.LittleEndian.AppendUint64(b, entry))
+		err = sc.s.flush()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: probe of node %d: %v", rdma.ErrUnreachable, n, err)
+	}
+	select {
+	case h := <-ch:
+		return h, nil
+	case <-sc.gone:
+		return 0, fmt.Errorf("%w: node %d disconnected during probe", rdma.ErrUnreachable, n)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%w: probe of node %d: %v", rdma.ErrUnreachable, n, ctx.Err())
+	}
+}
+
+// sconn is the memory node's side of one member's connection.
+type sconn struct {
+	srv    *Server
+	c      net.Conn
+	s      *sender
+	remote string
+
+	// Owned by the reader goroutine.
+	joined bool
+	node   rdma.NodeID
+	ops    []wireOp
+
+	pmu       sync.Mutex
+	probes    map[uint32]chan rdma.Hold
+	nextProbe uint32
+
+	ctx    context.Context // cancels control calls when the connection ends
+	cancel context.CancelFunc
+	gone   chan struct{}
+	calls  sync.WaitGroup
+}
+
+func (sc *sconn) serve() {
+	log := sc.srv.log
+	defer func() {
+		sc.cancel()
+		close(sc.gone)
+		_ = sc.c.Close()
+		sc.calls.Wait()
+		sc.srv.mu.Lock()
+		delete(sc.srv.conns, sc)
+		if sc.joined && sc.srv.byNode[sc.node] == sc {
+			delete(sc.srv.byNode, sc.node)
+		}
+		sc.srv.mu.Unlock()
+		sc.srv.wg.Done()
+	}()
+	fr := newFrameReader(sc.c)
+	for {
+		h, body, err := fr.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				log.Debug("tcpfab: connection ended", zap.String("remote", sc.remote), zap.Uint16("node", uint16(sc.node)))
+			} else {
+				log.Warn("tcpfab: closing connection", zap.String("remote", sc.remote),
+					zap.Uint16("node", uint16(sc.node)), zap.Error(err))
+			}
+			return
+		}
+		sc.handle(h, body)
+		if !fr.buffered() {
+			if err := sc.s.flush(); err != nil {
+				log.Debug("tcpfab: write failed", zap.String("remote", sc.remote), zap.Error(err))
+				return
+			}
+		}
+	}
+}
+
+// handle answers one well-framed request. Whatever is wrong with it becomes
+// an error reply; the connection goes on.
+func (sc *sconn) handle(h header, body []byte) {
+	host := sc.srv.host
+	if !sc.joined && h.Type != tJoin {
+		if h.Type == tProbeReply {
+			return
+		}
+		sc.replyErr(h.ID, fmt.Errorf("%w: frame type %#02x before join", rdma.ErrBadRequest, h.Type))
+		return
+	}
+	switch h.Type {
+	case tVerb, tBatch:
+		sc.verbs(h, body)
+	case tJoin:
+		if sc.joined {
+			sc.replyErr(h.ID, fmt.Errorf("%w: already joined as node %d", rdma.ErrBadRequest, sc.node))
+			return
+		}
+		req, err := decodeJoinRequest(body)
+		if err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		rep, err := host.Join(req)
+		if err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		sc.joined, sc.node = true, rep.Node
+		sc.srv.mu.Lock()
+		sc.srv.byNode[rep.Node] = sc
+		sc.srv.mu.Unlock()
+		sc.reply(tJoinReply, h.ID, func(b []byte) []byte { return appendJoinReply(b, rep) })
+	case tLeave:
+		host.Leave(sc.node)
+		sc.srv.mu.Lock()
+		if sc.srv.byNode[sc.node] == sc {
+			delete(sc.srv.byNode, sc.node)
+		}
+		sc.srv.mu.Unlock()
+		sc.reply(tLeaveReply, h.ID, nil)
+	case tPeers:
+		ps := host.Peers()
+		sc.reply(tPeersReply, h.ID, func(b []byte) []byte { return appendPeers(b, ps) })
+	case tRecover:
+		req, err := decodeRecoverRequest(body)
+		if err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		if err := host.Admit(sc.node); err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		host.Counters().In(rdma.VerbControl)
+		// Recovery probes members, possibly this one over this very
+		// connection, so it must not hold up the reader.
+		sc.calls.Add(1)
+		go func() {
+			defer sc.calls.Done()
+			rep, err := host.Recover(sc.ctx, req)
+			if err != nil {
+				sc.replyErr(h.ID, err)
+			} else {
+				sc.reply(tRecoverReply, h.ID, func(b []byte) []byte { return appendRecoverReply(b, rep) })
+			}
+			_ = sc.s.flush()
+		}()
+	case tProbeReply:
+		d := decoder{b: body}
+		hold := rdma.Hold(d.u8())
+		if d.done() != nil || hold > rdma.HoldActive {
+			hold = rdma.HoldActive // the safe answer
+		}
+		sc.pmu.Lock()
+		ch := sc.probes[h.ID]
+		sc.pmu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- hold:
+			default:
+			}
+		}
+	default:
+		sc.replyErr(h.ID, fmt.Errorf("%w: unknown frame type %#02x", rdma.ErrBadRequest, h.Type))
+	}
+}
+
+// verbs executes a tVerb or tBatch frame and queues its reply. Counting
+// follows memfab: nothing for a node that is not admitted; one batch per
+// frame; each verb on a registered region (a lone verb on an unknown region
+// counts nothing at all).
+func (sc *sconn) verbs(h header, body []byte) {
+	host := sc.srv.host
+	n := int(h.Count)
+	if h.Type == tVerb && n != 1 {
+		sc.replyErr(h.ID, fmt.Errorf("%w: verb frame with %d verbs", rdma.ErrBadRequest, n))
+		return
+	}
+	if err := host.Admit(sc.node); err != nil {
+		sc.replyErr(h.ID, err)
+		return
+	}
+	if cap(sc.ops) < n {
+		sc.ops = make([]wireOp, n)
+	}
+	ops := sc.ops[:n]
+	d := decoder{b: body}
+	reserve := 0
+	for i := range ops {
+		decodeOp(&d, &ops[i])
+		reserve += opReplyReserve(ops[i].Verb, ops[i].Wide, ops[i].readLen)
+	}
+	if err := d.done(); err != nil {
+		sc.replyErr(h.ID, err)
+		return
+	}
+	if reserve > MaxFrame {
+		sc.replyErr(h.ID, fmt.Errorf("%w: reply of %d bytes would exceed the frame limit", rdma.ErrBadRequest, reserve))
+		return
+	}
+	budget := MaxFrame - reserve // for error texts
+	ctrs := host.Counters()
+	if h.Type == tBatch {
+		ctrs.In(rdma.VerbBatch)
+	}
+	b, err := sc.s.lock()
+	if err != nil {
+		return
+	}
+	b, at := beginFrame(b, h.Type|replyBit, uint16(n), h.ID)
+	for i := range ops {
+		op := &ops[i]
+		m := host.Region(op.Addr.Region)
+		if m == nil {
+			op.Err = fmt.Errorf("%w: %d", rdma.ErrUnknownRegion, op.Addr.Region)
+		} else {
+			ctrs.In(op.Verb)
+			if h.Type == tVerb {
+				ctrs.In(rdma.VerbBatch)
+			}
+			if op.Verb == rdma.VerbRead {
+				// Read straight into the reply.
+				b = append(b, statusOK)
+				start := len(b)
+				b = slices.Grow(b, op.readLen)[:start+op.readLen]
+				op.Buf = b[start:]
+				if m.Exec(&op.Op) == nil {
+					continue
+				}
+				b = b[:start-1]
+			} else {
+				m.Exec(&op.Op)
+			}
+		}
+		before := len(b)
+		b = appendOpResult(b, &op.Op, budget)
+		if op.Err != nil {
+			budget -= len(b) - before - errReserve
+		}
+		op.Buf = nil
+	}
+	sc.s.unlock(endFrame(b, at))
+}
+
+// reply queues a frame whose body enc appends; the reader's flush sends it.
+func (sc *sconn) reply(typ uint8, id uint32, enc func([]byte) []byte) {
+	b, err := sc.s.lock()
+	if err != nil {
+		return
+	}
+	b, at := beginFrame(b, typ, 0, id)
+	if enc != nil {
+		b = enc(b)
+	}
+	if size := len(b) - at - headerSize; size > MaxFrame {
+		// The far end would take it for a broken stream.
+		b, at = beginFrame(b[:at], tError, 0, id)
+		b = appendError(b, fmt.Errorf("%w: reply of %d bytes exceeds the frame limit", rdma.ErrUnavailable, size), 1024)
+	}
+	sc.s.unlock(endFrame(b, at))
+}
+
+func (sc *sconn) replyErr(id uint32, err error) {
+	sc.reply(tError, id, func(b []byte) []byte { return appendError(b, err, 1024) })
+}
