@@ -19,9 +19,9 @@ return 0
 func TestNormalizeLayoutVariantsAgree(t *testing.T) {
 	want := Normalize(ownScript)
 	variants := map[string]string{
-		"crlf":     strings.ReplaceAll(ownScript, "\n", "\r\n"),
-		"spaces":   strings.ReplaceAll(ownScript, "\t", "        "),
-		"indented": strings.ReplaceAll(ownScript, "\n", "\n      "),
+		"crlf":                strings.ReplaceAll(ownScript, "\n", "\r\n"),
+		"spaces":              strings.ReplaceAll(ownScript, "\t", "        "),
+		"indented":            strings.ReplaceAll(ownScript, "\n", "\n      "),
 		"no trailing newline": strings.TrimRight(ownScript, "\n"),
 		"line comments": "-- release if we hold it\n" +
 			strings.Replace(ownScript, "end\n", "end -- done\n", 1),
@@ -81,19 +81,19 @@ func TestNormalizeKeepsTokensApart(t *testing.T) {
 
 func TestNormalizeEdgeCases(t *testing.T) {
 	cases := map[string]string{
-		"":                 "",
-		"   \r\n\t ":       "",
+		"":                  "",
+		"   \r\n\t ":        "",
 		"-- only a comment": "",
 		"--[[ open comment": "",
-		"--":               "",
-		"-":                "-",
-		"[":                "[",
-		`"`:                `"`,
-		`'\`:               `'\`,
-		"a\x00b":           "a\x00b",
-		"a - - b":          "a- -b",
-		"a---b\nc":         "a c",
-		"é é":              "é é",
+		"--":                "",
+		"-":                 "-",
+		"[":                 "[",
+		`"`:                 `"`,
+		`'\`:                `'\`,
+		"a\x00b":            "a\x00b",
+		"a - - b":           "a- -b",
+		"a---b\nc":          "a c",
+		"é é":               "é é",
 	}
 	for in, want := range cases {
 		if got := Normalize(in); got != want {
