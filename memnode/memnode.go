@@ -432,6 +432,9 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	if len(live) > 0 && prober == nil {
 		return refuse(s.cfg.HeartbeatInterval, "no prober to ask live members")
 	}
+	// Waiters frozen by the first probe may enter again ProbeFreeze after it
+	// reached them; finish well inside that, allowing for clock-rate drift.
+	deadline := time.Now().Add(time.Duration(float64(rdma.ProbeFreeze)*(1-s.cfg.ClockDrift)) - 50*time.Millisecond)
 	for _, id := range live {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
 		h, err := prober.Probe(pctx, id, req.Entry)
@@ -456,6 +459,9 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	}
 	s.mu.Unlock()
 
+	if time.Now().After(deadline) {
+		return refuse(s.cfg.HeartbeatInterval, "probes took longer than the freeze window")
+	}
 	all := rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
 	after := rdma.U128{Lo: 0, Hi: before.Hi + rdma.RecoveryLeap}
 	old, _ := s.locks.MaskedCAS128(entryOff, before, all, after, all)

@@ -198,6 +198,11 @@ type Host interface {
 	SetProber(p Prober)
 }
 
+// ProbeFreeze is how long a node that answered HoldWaiting keeps its waiters
+// on the entry from entering by observation. The memory node must finish the
+// recovery within it (docs/recovery-design.md).
+const ProbeFreeze = time.Second
+
 // RecoveryLeap is what a recovery adds to an entry's release counter (word 1)
 // after zeroing its control word (word 0). Waiters that see the counter jump
 // by at least RecoveryLeap/2 past what they expect know the entry was reset

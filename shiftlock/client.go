@@ -1,0 +1,266 @@
+// Package shiftlock implements ShiftLock (FAST '25): a reader-writer lock on
+// 16-byte entries in a memory node, acquired with one one-sided atomic when
+// uncontended, where writers queue MCS-style and the holder hands the lock to
+// its successor directly instead of everyone retrying against the entry.
+//
+// A Client is one node's lock engine: it owns the node's endpoint, its waiter
+// slots (rdma.Inbox targets), and routes handover messages. Acquisitions return
+// a Guard carrying a fencing token that strictly increases per entry across
+// conflicting grants. See docs/shiftlock.md for the protocol and every place
+// this code deviates from the paper.
+package shiftlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// Config tunes a Client. The zero value gives the paper's defaults where the
+// paper has one.
+type Config struct {
+	// Threshold is N, the number of consecutive writer grants after which a
+	// writer hands the lock to waiting readers (§3.5; default 16).
+	Threshold int
+	// PollMin and PollMax bound the interval of READ polling by waiters that
+	// have no message to wait for: readers waiting for the epoch to flip and
+	// writers waiting for readers to leave. The interval doubles from PollMin
+	// to PollMax (defaults 20µs and 1ms).
+	PollMin, PollMax time.Duration
+	// CheckInterval is how often a waiter checks for failure: whether its
+	// entry was recovered (a RelCnt leap) and whether the node it waits on
+	// was declared dead (default 100ms).
+	CheckInterval time.Duration
+	// StaleAfter: a waiter that cannot name a dead blocker asks the memory
+	// node for recovery once RelCnt has not moved for this long (default 2s;
+	// the paper uses 3 x T_lease). The memory node refuses while any live
+	// node still holds the entry, so asking early is safe, only wasteful.
+	StaleAfter time.Duration
+	// SuccessorTimeout bounds how long a releasing writer waits for the
+	// Successor message of a writer that already enqueued behind it
+	// (default 1s; the paper uses T_lease). Past it the successor is
+	// presumed dead and the lock is left for recovery.
+	SuccessorTimeout time.Duration
+	// NoHandoverBump skips the RelCnt increment on each writer-to-writer
+	// handover, as the authors' artifact does. It saves one atomic per
+	// handover but makes writer fencing tokens repeat within a run of
+	// handovers and hides progress from failure detection. For measurements
+	// only; see docs/shiftlock.md.
+	NoHandoverBump bool
+
+	Logger *zap.Logger
+
+	// testEarlyReaderRelease is a deliberately broken variant for tests: a
+	// reader that gives up while waiting releases at once instead of waiting
+	// for its epoch. The mutual-exclusion checker must catch it.
+	testEarlyReaderRelease bool
+}
+
+func (c *Config) defaults() {
+	if c.Threshold <= 0 {
+		c.Threshold = 16
+	}
+	if c.PollMin <= 0 {
+		c.PollMin = 20 * time.Microsecond
+	}
+	if c.PollMax < c.PollMin {
+		c.PollMax = time.Millisecond
+		if c.PollMax < c.PollMin {
+			c.PollMax = c.PollMin
+		}
+	}
+	if c.CheckInterval <= 0 {
+		c.CheckInterval = 100 * time.Millisecond
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = 2 * time.Second
+	}
+	if c.SuccessorTimeout <= 0 {
+		c.SuccessorTimeout = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// Errors returned by acquisitions.
+var (
+	// ErrLost: the entry was reset by recovery, or the memory node's table was
+	// lost, while this client believed it held the lock.
+	ErrLost = errors.New("shiftlock: lock lost")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("shiftlock: client closed")
+)
+
+// errReset is internal: the entry was recovered while we waited; start over.
+var errReset = errors.New("shiftlock: entry was reset while waiting")
+
+// Client is one node's lock engine. It is safe for concurrent use.
+type Client struct {
+	ep     rdma.Endpoint
+	layout rdma.Layout
+	cfg    Config
+	log    *zap.Logger
+	inbox  rdma.Inbox
+	holds  holdTable
+	stats  Stats
+	closed atomic.Bool
+	bg     sync.WaitGroup // background completions of abandoned waits
+}
+
+// NewClient makes ep's node a ShiftLock client: it binds the node's receive
+// handler and its recovery probe handler.
+func NewClient(ep rdma.Endpoint, cfg Config) *Client {
+	cfg.defaults()
+	c := &Client{ep: ep, layout: ep.Layout(), cfg: cfg, log: cfg.Logger}
+	ep.Bind(c.inbox.Deliver)
+	ep.BindProbe(c.holds.probe)
+	return c
+}
+
+// Endpoint is the client's fabric endpoint.
+func (c *Client) Endpoint() rdma.Endpoint { return c.ep }
+
+// Node is the client's NodeID.
+func (c *Client) Node() rdma.NodeID { return c.ep.Node() }
+
+// Entries is the number of lock entries on the client's memory node.
+func (c *Client) Entries() uint64 { return c.layout.LockEntries }
+
+// Stats are the client's protocol counters.
+func (c *Client) Stats() *Stats { return &c.stats }
+
+// Close waits for background completions of abandoned acquisitions (bounded
+// by ctx) and stops accepting new ones. It does not close the endpoint.
+func (c *Client) Close(ctx context.Context) error {
+	c.closed.Store(true)
+	done := make(chan struct{})
+	go func() { c.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Read returns the current state of entry i (one READ).
+func (c *Client) Read(ctx context.Context, i uint64) (Entry, error) {
+	var b [16]byte
+	if err := c.ep.Read(ctx, c.layout.EntryAddr(i), b[:]); err != nil {
+		return Entry{}, err
+	}
+	return Entry(rdma.U128From(b[:])), nil
+}
+
+func (c *Client) checkEntry(i uint64) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if i >= c.layout.LockEntries {
+		return fmt.Errorf("shiftlock: entry %d out of range (%d entries)", i, c.layout.LockEntries)
+	}
+	return nil
+}
+
+// send delivers a notification, in-process when both ends are on this node
+// (DESIGN §3: no network for a local handover). A notification is part of the
+// queue's structure, so the caller's deadline never cuts it short.
+func (c *Client) send(ctx context.Context, to Tail, m message) error {
+	ctx = context.WithoutCancel(ctx)
+	p := m.encode()
+	if to.Node == c.ep.Node() {
+		c.stats.LocalSends.Add(1)
+		return c.inbox.Deliver(rdma.Message{From: to.Node, To: to.Target, Payload: p})
+	}
+	c.stats.RemoteSends.Add(1)
+	return c.ep.Send(ctx, to.Node, to.Target, p)
+}
+
+// Stats count protocol events on one client.
+type Stats struct {
+	SharedGrants, ExclusiveGrants atomic.Uint64
+	Immediate                     atomic.Uint64 // grants with no wait at all
+	Handovers                     atomic.Uint64 // writer-to-writer handovers sent
+	ModeChanges                   atomic.Uint64 // writer-to-readers transfers
+	TryFailures                   atomic.Uint64
+	LocalSends, RemoteSends       atomic.Uint64
+	Abandoned                     atomic.Uint64 // waits given up by the caller, completed in background
+	Resets                        atomic.Uint64 // waits restarted because the entry was recovered
+	RecoveryRequests              atomic.Uint64
+	Lost                          atomic.Uint64
+}
+
+// holdTable tracks, per entry, what this node is doing with it, so that the
+// memory node's recovery probe gets a truthful answer (docs/recovery-design.md).
+// An acquire counts as active from before its first atomic is posted until its
+// outcome is known, because until then it may already hold the lock.
+type holdTable struct {
+	shards [64]holdShard
+}
+
+type holdShard struct {
+	mu sync.Mutex
+	m  map[uint64]*holdCount
+}
+
+type holdCount struct {
+	active, waiting int32
+	frozenUntil     time.Time
+}
+
+func (h *holdTable) add(entry uint64, active, waiting int32) {
+	s := &h.shards[entry%64]
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[uint64]*holdCount{}
+	}
+	hc := s.m[entry]
+	if hc == nil {
+		hc = &holdCount{}
+		s.m[entry] = hc
+	}
+	hc.active += active
+	hc.waiting += waiting
+	if hc.active == 0 && hc.waiting == 0 && !time.Now().Before(hc.frozenUntil) {
+		delete(s.m, entry)
+	}
+	s.mu.Unlock()
+}
+
+// probe answers the memory node. Answering "waiting" freezes grants by
+// observation on the entry for rdma.ProbeFreeze (docs/recovery-design.md).
+func (h *holdTable) probe(entry uint64) rdma.Hold {
+	s := &h.shards[entry%64]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hc := s.m[entry]
+	switch {
+	case hc == nil:
+		return rdma.HoldNone
+	case hc.active > 0:
+		return rdma.HoldActive
+	case hc.waiting > 0:
+		hc.frozenUntil = time.Now().Add(rdma.ProbeFreeze)
+		return rdma.HoldWaiting
+	}
+	return rdma.HoldNone
+}
+
+// frozen is how much longer grants by observation on entry must wait.
+func (h *holdTable) frozen(entry uint64) time.Duration {
+	s := &h.shards[entry%64]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hc := s.m[entry]; hc != nil {
+		return time.Until(hc.frozenUntil)
+	}
+	return 0
+}

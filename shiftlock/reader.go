@@ -1,0 +1,135 @@
+package shiftlock
+
+import (
+	"context"
+	"errors"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// AcquireShared takes entry i as a reader (Algorithm 2, READER-ACQUIRE): one
+// field-wise FAA on RdrCnt. If a writer is queued, the reader waits for the
+// epoch to flip, polling with READs.
+//
+// A reader that gives up while waiting must not release before its epoch
+// comes: its RelCnt increment could complete the count a queued writer is
+// waiting for while an older reader still holds the lock. So, as for writers,
+// the wait completes in the background and is released at once.
+func (c *Client) AcquireShared(ctx context.Context, i uint64) (*Guard, error) {
+	if err := c.checkEntry(i); err != nil {
+		return nil, err
+	}
+	for {
+		g, err := c.acquireShared(ctx, i)
+		if errors.Is(err, errReset) {
+			c.stats.Resets.Add(1)
+			continue
+		}
+		return g, err
+	}
+}
+
+func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
+	g := &Guard{c: c, entry: i, mode: Shared}
+	c.holds.add(i, 1, 0)
+	old, err := c.ep.MaskedFAA128(context.WithoutCancel(ctx), c.layout.EntryAddr(i), fRdrCnt.Value(1), boundary)
+	if err != nil {
+		c.holds.add(i, -1, 0)
+		return nil, err
+	}
+	arrived(ctx)
+	e := Entry(old)
+	if e.Tail().IsZero() {
+		g.token = e.RelCnt()
+		c.stats.Immediate.Add(1)
+		c.stats.SharedGrants.Add(1)
+		return g, nil
+	}
+	c.holds.add(i, -1, 1)
+	epoch := e.Epoch()
+	w := c.newWaiter(i, e.RelCnt(), e.Tail().Node)
+	cond := func(e Entry) bool { return e.Epoch() != epoch }
+	now, err := w.poll(ctx, cond)
+	w.stop()
+	if err != nil {
+		if errors.Is(err, errReset) {
+			c.holds.add(i, 0, -1)
+			return nil, errReset // the reset zeroed our RdrCnt increment
+		}
+		if ctx.Err() == nil || c.closed.Load() {
+			c.holds.add(i, 0, -1)
+			return nil, err
+		}
+		c.stats.Abandoned.Add(1)
+		if c.cfg.testEarlyReaderRelease {
+			c.holds.add(i, 1, -1)
+			g.done = true
+			_ = c.releaseShared(ctx, g)
+			return nil, ctx.Err()
+		}
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			defer w.stop()
+			if _, err := w.poll(context.Background(), cond); err != nil {
+				c.holds.add(i, 0, -1)
+				return
+			}
+			c.holds.add(i, 1, -1)
+			g.done = true
+			if err := c.releaseShared(context.Background(), g); err != nil {
+				c.log.Warn("releasing abandoned shared lock", zap.Uint64("entry", i), zap.Error(err))
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	c.holds.add(i, 1, -1)
+	g.token = now.RelCnt()
+	c.stats.SharedGrants.Add(1)
+	return g, nil
+}
+
+// TryShared takes entry i as a reader only if no writer is queued or
+// holding. It never waits: a masked CAS that compares TailPtr with zero and
+// RdrCnt with the count it expects, retried a few times if only the reader
+// count moved.
+func (c *Client) TryShared(ctx context.Context, i uint64) (*Guard, bool, error) {
+	if err := c.checkEntry(i); err != nil {
+		return nil, false, err
+	}
+	addr := c.layout.EntryAddr(i)
+	c.holds.add(i, 1, 0)
+	var readers uint64
+	for attempt := 0; attempt < 4; attempt++ {
+		cmp := fRdrCnt.Value(readers)
+		old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), addr, cmp, rdma.MaskOf(fTail, fRdrCnt),
+			fRdrCnt.Value(readers+1), fRdrCnt.Mask())
+		if err != nil {
+			c.holds.add(i, -1, 0)
+			return nil, false, err
+		}
+		e := Entry(old)
+		if !e.Tail().IsZero() {
+			break
+		}
+		if e.Readers() == readers {
+			c.stats.Immediate.Add(1)
+			c.stats.SharedGrants.Add(1)
+			return &Guard{c: c, entry: i, mode: Shared, token: e.RelCnt()}, true, nil
+		}
+		readers = e.Readers()
+	}
+	c.holds.add(i, -1, 0)
+	c.stats.TryFailures.Add(1)
+	return nil, false, nil
+}
+
+// releaseShared is Algorithm 3's READER-RELEASE: one FAA that decrements
+// RdrCnt and counts the release in RelCnt.
+func (c *Client) releaseShared(ctx context.Context, g *Guard) error {
+	defer c.holds.add(g.entry, -1, 0)
+	_, err := c.ep.MaskedFAA128(context.WithoutCancel(ctx), c.layout.EntryAddr(g.entry), fRdrCnt.Neg(1).Or(fRelCnt.Value(1)), boundary)
+	return err
+}

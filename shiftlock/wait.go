@@ -1,0 +1,213 @@
+package shiftlock
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// waiter is one blocked acquisition: how it polls, and how it decides that
+// what it waits for will never come (ShiftLock §3.6, DESIGN §4).
+type waiter struct {
+	c     *Client
+	entry uint64
+	// base is RelCnt when the wait began. A recovery adds rdma.RecoveryLeap,
+	// so a value far past base means the entry was reset under us.
+	base uint64
+	// blocker is the node whose death would strand us: the predecessor of a
+	// queued writer, or the tail a reader queued behind. Zero if unknown.
+	blocker     rdma.NodeID
+	blockerDown bool // a Send to the blocker failed
+
+	lastRel   uint64
+	lastMove  time.Time
+	nextCheck time.Time
+	stale     time.Duration // current patience before asking for recovery
+	refusals  int
+	timer     *time.Timer
+}
+
+func (c *Client) newWaiter(entry, base uint64, blocker rdma.NodeID) *waiter {
+	now := time.Now()
+	return &waiter{
+		c: c, entry: entry, base: base, blocker: blocker,
+		lastRel: base, lastMove: now,
+		nextCheck: now.Add(c.cfg.CheckInterval),
+		stale:     c.cfg.StaleAfter,
+	}
+}
+
+func (w *waiter) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// sleep waits d or until ctx ends.
+func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
+	if w.timer == nil {
+		w.timer = time.NewTimer(d)
+	} else {
+		w.timer.Reset(d)
+	}
+	select {
+	case <-w.timer.C:
+		return nil
+	case <-ctx.Done():
+		// Since Go 1.23 Stop guarantees no stale tick; draining would block.
+		w.timer.Stop()
+		return ctx.Err()
+	}
+}
+
+// observe tracks progress and spots a recovery.
+func (w *waiter) observe(e Entry) error {
+	if leaped(e.RelCnt(), w.base) {
+		return errReset
+	}
+	if r := e.RelCnt(); r != w.lastRel {
+		w.lastRel, w.lastMove = r, time.Now()
+	}
+	return nil
+}
+
+// poll READs the entry until cond holds, backing off from PollMin to
+// PollMax. A condition met while a recovery probe froze the entry is only
+// trusted after the freeze, on a fresh read.
+func (w *waiter) poll(ctx context.Context, cond func(Entry) bool) (Entry, error) {
+	iv := w.c.cfg.PollMin
+	for {
+		e, err := w.c.Read(context.WithoutCancel(ctx), w.entry)
+		if err != nil {
+			return e, err
+		}
+		if err := w.observe(e); err != nil {
+			return e, err
+		}
+		if cond(e) {
+			d := w.c.holds.frozen(w.entry)
+			if d <= 0 {
+				return e, nil
+			}
+			if err := w.sleep(ctx, d); err != nil {
+				return e, err
+			}
+			continue
+		}
+		if !time.Now().Before(w.nextCheck) {
+			if err := w.check(ctx); err != nil {
+				return e, err
+			}
+		}
+		if err := w.sleep(ctx, iv); err != nil {
+			return e, err
+		}
+		if iv *= 2; iv > w.c.cfg.PollMax {
+			iv = w.c.cfg.PollMax
+		}
+	}
+}
+
+// await waits for a Handover or ModeChanged on g's slot, stashing a
+// Successor that arrives first, and runs failure checks meanwhile.
+func (w *waiter) await(ctx context.Context, g *Guard) (message, error) {
+	for {
+		d := time.Until(w.nextCheck)
+		if w.timer == nil {
+			w.timer = time.NewTimer(d)
+		} else {
+			w.timer.Reset(d)
+		}
+		select {
+		case rm := <-g.ch:
+			w.timer.Stop()
+			m, ok := g.accept(rm)
+			if !ok {
+				continue
+			}
+			if m.Kind == msgSuccessor {
+				continue
+			}
+			return m, nil
+		case <-w.timer.C:
+			if err := w.check(ctx); err != nil {
+				return message{}, err
+			}
+		case <-ctx.Done():
+			w.timer.Stop()
+			return message{}, ctx.Err()
+		}
+	}
+}
+
+// check is the periodic failure check: one batch reading the entry, its era
+// counter and the blocker's node-table status. It asks the memory node for
+// recovery when the blocker is dead, or when nothing has moved for too long.
+func (w *waiter) check(ctx context.Context) error {
+	c := w.c
+	now := time.Now()
+	w.nextCheck = now.Add(c.cfg.CheckInterval)
+	var eb [16]byte
+	var era, status [8]byte
+	var b rdma.Batch
+	b.Read(c.layout.EntryAddr(w.entry), eb[:])
+	b.Read(c.layout.EraAddr(w.entry), era[:])
+	if w.blocker != 0 {
+		slot := c.layout.NodeSlotAddr(w.blocker)
+		b.Read(rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotStatus}, status[:])
+	}
+	if err := c.ep.Post(context.WithoutCancel(ctx), &b); err != nil {
+		return err
+	}
+	if err := b.FirstErr(); err != nil {
+		return err
+	}
+	e := Entry(rdma.U128From(eb[:]))
+	if err := w.observe(e); err != nil {
+		return err
+	}
+	dead := w.blockerDown || binary.LittleEndian.Uint64(status[:]) == rdma.SlotDead
+	if !dead && now.Sub(w.lastMove) < w.stale {
+		return nil
+	}
+	suspect := rdma.NodeID(0)
+	if dead {
+		suspect = w.blocker
+	}
+	c.stats.RecoveryRequests.Add(1)
+	rep, err := c.ep.Control().Recover(context.WithoutCancel(ctx), rdma.RecoverRequest{
+		Entry: w.entry, Era: binary.LittleEndian.Uint64(era[:]), Suspect: suspect,
+	})
+	if err != nil {
+		if errors.Is(err, rdma.ErrFenced) {
+			return err
+		}
+		c.log.Warn("recovery request failed", zap.Uint64("entry", w.entry), zap.Error(err))
+		return nil
+	}
+	switch rep.Status {
+	case rdma.RecoverDone:
+		c.log.Info("entry recovered", zap.Uint64("entry", w.entry), zap.Uint16("suspect", uint16(suspect)))
+		return errReset
+	case rdma.RecoverRefused:
+		// Somebody alive still holds it, or a dead node's lease is running:
+		// ask again when the memory node suggests, backing off so that a
+		// long-held lock does not turn its waiters into a probe storm.
+		w.lastMove = now
+		if w.stale *= 2; w.stale > 30*time.Second {
+			w.stale = 30 * time.Second
+		}
+		w.refusals++
+		back := c.cfg.CheckInterval << min(w.refusals, 6)
+		if rep.RetryAfter > back {
+			back = rep.RetryAfter
+		}
+		w.nextCheck = now.Add(back)
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package shiftlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// AcquireExclusive takes entry i as a writer (Algorithm 2, WRITER-ACQUIRE).
+// With no contention it costs one masked CAS. A writer that finds a
+// predecessor sends it a Successor notification and waits for the lock to be
+// handed over; one that finds readers waits for them to leave.
+//
+// If ctx ends while queued, the writer cannot leave the queue without
+// breaking it: the acquisition completes in the background and is released at
+// once, and the caller gets ctx's error.
+func (c *Client) AcquireExclusive(ctx context.Context, i uint64) (*Guard, error) {
+	if err := c.checkEntry(i); err != nil {
+		return nil, err
+	}
+	for {
+		g, err := c.acquireExclusive(ctx, i)
+		if errors.Is(err, errReset) {
+			c.stats.Resets.Add(1)
+			continue
+		}
+		return g, err
+	}
+}
+
+func (c *Client) openSlot(i uint64) (*Guard, error) {
+	t, ch, err := c.inbox.Open()
+	if err != nil {
+		return nil, err
+	}
+	return &Guard{c: c, entry: i, mode: Exclusive, self: Tail{Node: c.ep.Node(), Target: t}, ch: ch}, nil
+}
+
+func (c *Client) closeSlot(g *Guard) { c.inbox.Close(g.self.Target) }
+
+func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error) {
+	g, err := c.openSlot(i)
+	if err != nil {
+		return nil, err
+	}
+	addr := c.layout.EntryAddr(i)
+	c.holds.add(i, 1, 0) // may hold as soon as the CAS lands
+	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
+	// The verb must not be abandoned half-way by the caller's deadline.
+	old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), addr, rdma.U128{}, rdma.U128{}, g.self.value(), fTail.Mask())
+	if err != nil {
+		c.holds.add(i, -1, 0)
+		c.closeSlot(g)
+		return nil, err
+	}
+	arrived(ctx)
+	e := Entry(old)
+	g.curRel, g.epoch = e.RelCnt(), e.Epoch()
+	pred := e.Tail()
+	switch {
+	case !pred.IsZero():
+		c.holds.add(i, -1, 1)
+		w := c.newWaiter(i, e.RelCnt(), pred.Node)
+		if err := c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i}); err != nil {
+			// The predecessor is gone: only recovery can unblock us.
+			c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
+			w.blockerDown = true
+			w.nextCheck = time.Now()
+		}
+		if err := c.waitHandover(ctx, g, w); err != nil {
+			return nil, err
+		}
+		c.holds.add(i, 1, -1)
+	case e.Readers() != 0:
+		// Readers before us: we own the lock once each has released, i.e.
+		// once RelCnt has advanced by their number.
+		c.holds.add(i, -1, 1)
+		target := e.RelCnt() + e.Readers()
+		w := c.newWaiter(i, e.RelCnt(), 0)
+		finish := func(ctx context.Context) error {
+			if _, err := w.poll(ctx, func(e Entry) bool { return e.RelCnt() == target }); err != nil {
+				return err
+			}
+			g.curRel = target
+			return nil
+		}
+		err := finish(ctx)
+		w.stop()
+		if err != nil {
+			return nil, c.abandonExclusive(ctx, g, w, err, finish)
+		}
+		c.holds.add(i, 1, -1)
+	default:
+		c.stats.Immediate.Add(1)
+	}
+	g.token = g.curRel
+	c.stats.ExclusiveGrants.Add(1)
+	return g, nil
+}
+
+// waitHandover waits for the predecessor's Handover or ModeChanged and, for
+// a mode change, for the readers it let in to leave.
+//
+// The wait is resumable: if the caller gives up half-way, the background
+// completion carries on from where it stopped rather than waiting again for
+// a message it already consumed.
+func (c *Client) waitHandover(ctx context.Context, g *Guard, w *waiter) error {
+	var got bool
+	var m message
+	finish := func(ctx context.Context) error {
+		if !got {
+			var err error
+			if m, err = w.await(ctx, g); err != nil {
+				return err
+			}
+			got = true
+		}
+		return c.takeHandover(ctx, g, w, m)
+	}
+	err := finish(ctx)
+	w.stop()
+	if err != nil {
+		return c.abandonExclusive(ctx, g, w, err, finish)
+	}
+	return nil
+}
+
+func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m message) error {
+	switch m.Kind {
+	case msgHandover:
+		// A grant by message comes from a live holder, which a recovery
+		// probe would have found, so no freeze applies here.
+		g.curRel, g.consWrt, g.epoch = m.Value, m.U32, uint64(m.Flags>>1&1)
+		return nil
+	case msgModeChanged:
+		// The predecessor flipped the epoch for the readers that were
+		// waiting; we own the lock once they, and it, have released.
+		g.curRel, g.consWrt, g.epoch = m.Value, 0, uint64(m.Flags>>1&1)
+		if m.Flags&flagNoReaders != 0 {
+			return nil
+		}
+		_, err := w.poll(ctx, func(e Entry) bool { return e.RelCnt() == m.Value })
+		return err
+	}
+	return fmt.Errorf("shiftlock: unexpected message kind %d", m.Kind)
+}
+
+// abandonExclusive handles a wait that ended with err. A reset restarts the
+// acquisition; a caller's deadline hands the rest of the wait to a
+// background goroutine that releases the lock as soon as it has it.
+func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err error, finish func(context.Context) error) error {
+	if errors.Is(err, errReset) {
+		c.holds.add(g.entry, 0, -1)
+		c.closeSlot(g)
+		return errReset
+	}
+	if ctx.Err() == nil || c.closed.Load() {
+		// A fabric failure: we cannot know the queue's fate; the node is
+		// cut off and recovery will clean up after it.
+		c.holds.add(g.entry, 0, -1)
+		c.closeSlot(g)
+		return err
+	}
+	c.stats.Abandoned.Add(1)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		defer w.stop()
+		bctx := context.Background()
+		if err := finish(bctx); err != nil {
+			c.holds.add(g.entry, 0, -1)
+			c.closeSlot(g)
+			return
+		}
+		c.holds.add(g.entry, 1, -1)
+		g.token = g.curRel
+		if err := g.Release(bctx); err != nil {
+			c.log.Warn("releasing abandoned lock", zap.Uint64("entry", g.entry), zap.Error(err))
+		}
+	}()
+	return ctx.Err()
+}
+
+// TryExclusive takes entry i as a writer only if it is free: one masked CAS
+// comparing TailPtr and RdrCnt with zero. It never waits.
+func (c *Client) TryExclusive(ctx context.Context, i uint64) (*Guard, bool, error) {
+	if err := c.checkEntry(i); err != nil {
+		return nil, false, err
+	}
+	g, err := c.openSlot(i)
+	if err != nil {
+		return nil, false, err
+	}
+	c.holds.add(i, 1, 0)
+	old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), c.layout.EntryAddr(i),
+		rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
+	e := Entry(old)
+	if err != nil || !e.Free() {
+		c.holds.add(i, -1, 0)
+		c.closeSlot(g)
+		if err == nil {
+			c.stats.TryFailures.Add(1)
+		}
+		return nil, false, err
+	}
+	g.curRel, g.epoch, g.token = e.RelCnt(), e.Epoch(), e.RelCnt()
+	c.stats.Immediate.Add(1)
+	c.stats.ExclusiveGrants.Add(1)
+	return g, true, nil
+}
+
+// releaseExclusive is Algorithm 3's WRITER-RELEASE.
+func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
+	defer c.closeSlot(g)
+	defer c.holds.add(g.entry, -1, 0)
+	ctx = context.WithoutCancel(ctx)
+	addr := c.layout.EntryAddr(g.entry)
+	if !g.hasSucc {
+		c.drainSlot(g)
+	}
+	if !g.hasSucc {
+		// Nobody announced themselves: try to close the queue, giving the
+		// lock to readers (flip Epoch) and counting our release, all in one
+		// CAS that succeeds only if we are still the tail. It also compares
+		// RelCnt and Epoch with what this holder believes: the algorithm
+		// guarantees they match, and if they ever do not, failing loudly beats
+		// writing a RelCnt that would corrupt every later reader count.
+		cmp := g.self.value().Or(fRelCnt.Value(g.curRel)).Or(fEpoch.Value(g.epoch))
+		swap := fRelCnt.Value(g.curRel + 1).Or(fEpoch.Value(1 - g.epoch))
+		old, err := c.ep.MaskedCAS128(ctx, addr, cmp, rdma.MaskOf(fTail, fRelCnt, fEpoch), swap, rdma.MaskOf(fTail, fRelCnt, fEpoch))
+		if err != nil {
+			return err
+		}
+		e := Entry(old)
+		if e.Tail() == g.self {
+			if e.RelCnt() == g.curRel && e.Epoch() == g.epoch {
+				return nil
+			}
+			c.stats.Lost.Add(1)
+			if leaped(e.RelCnt(), g.curRel) {
+				return ErrLost
+			}
+			c.log.Error("lock entry does not match its holder's state; leaving it to recovery",
+				zap.Uint64("entry", g.entry), zap.Stringer("entry_state", e), zap.Uint64("holder_relcnt", g.curRel), zap.Uint64("holder_epoch", g.epoch))
+			return fmt.Errorf("%w: entry %d is %v, holder expected relcnt %d epoch %d", ErrLost, g.entry, e, g.curRel, g.epoch)
+		}
+		if e.Tail().IsZero() || leaped(e.RelCnt(), g.curRel) {
+			c.stats.Lost.Add(1)
+			return ErrLost
+		}
+		// Someone swapped the tail after us; its Successor is on the way.
+		if !c.awaitSuccessor(g) {
+			c.log.Warn("successor never announced itself; leaving the entry to recovery",
+				zap.Uint64("entry", g.entry), zap.Stringer("tail", e.Tail()))
+			return nil
+		}
+	}
+	next := g.consWrt + 1
+	if int(next) >= c.cfg.Threshold {
+		// Enough writers in a row: let the waiting readers in (§3.5). The
+		// FAA flips Epoch, counts our release, and tells us how many readers
+		// the successor must wait for.
+		old, err := c.ep.MaskedFAA128(ctx, addr, fEpoch.Value(1).Or(fRelCnt.Value(1)), boundary)
+		if err != nil {
+			return err
+		}
+		e := Entry(old)
+		m := message{Kind: msgModeChanged, Entry: g.entry, Value: e.RelCnt() + e.Readers() + 1}
+		m.Flags = uint8((1-e.Epoch())<<1) & 2
+		if e.Readers() == 0 {
+			m.Flags |= flagNoReaders
+		}
+		c.stats.ModeChanges.Add(1)
+		return c.handTo(ctx, g, m)
+	}
+	rel := g.curRel
+	if !c.cfg.NoHandoverBump {
+		// Algorithm 3 line 20: count the release so that RelCnt shows
+		// progress to failure detectors and fencing tokens stay unique.
+		if _, err := c.ep.MaskedFAA128(ctx, addr, fRelCnt.Value(1), boundary); err != nil {
+			return err
+		}
+		rel++
+	}
+	c.stats.Handovers.Add(1)
+	return c.handTo(ctx, g, message{Kind: msgHandover, Entry: g.entry, U32: next, Value: rel, Flags: uint8(g.epoch<<1) & 2})
+}
+
+func (c *Client) handTo(ctx context.Context, g *Guard, m message) error {
+	if err := c.send(ctx, g.succ, m); err != nil {
+		// The successor died after enqueueing. The lock is now stuck behind
+		// a dead node; the writers behind it will have it recovered.
+		c.log.Warn("handover failed; successor presumed dead", zap.Uint64("entry", g.entry), zap.Stringer("succ", g.succ), zap.Error(err))
+	}
+	return nil
+}
+
+// drainSlot picks up a Successor that has already arrived.
+func (c *Client) drainSlot(g *Guard) {
+	for !g.hasSucc {
+		select {
+		case rm := <-g.ch:
+			g.accept(rm)
+		default:
+			return
+		}
+	}
+}
+
+func (c *Client) awaitSuccessor(g *Guard) bool {
+	t := time.NewTimer(c.cfg.SuccessorTimeout)
+	defer t.Stop()
+	for !g.hasSucc {
+		select {
+		case rm := <-g.ch:
+			g.accept(rm)
+		case <-t.C:
+			return false
+		}
+	}
+	return true
+}
