@@ -1,0 +1,682 @@
+package resp
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeOps is an in-memory lock table with a manual clock, so TTLs are exact
+// and expiry happens only when a test advances time.
+type fakeOps struct {
+	mu    sync.Mutex
+	now   time.Time
+	locks map[string]fakeLock
+	err   error // when set, every mutating call fails with it
+}
+
+type fakeLock struct {
+	token   string
+	expires time.Time // zero: no TTL
+}
+
+func newFake() *fakeOps {
+	return &fakeOps{now: time.Unix(1_700_000_000, 0), locks: map[string]fakeLock{}}
+}
+
+func (f *fakeOps) live(key string) (fakeLock, bool) {
+	l, ok := f.locks[key]
+	if ok && !l.expires.IsZero() && !f.now.Before(l.expires) {
+		delete(f.locks, key)
+		return fakeLock{}, false
+	}
+	return l, ok
+}
+
+func (f *fakeOps) deadline(ttl time.Duration) time.Time {
+	if ttl <= 0 {
+		return time.Time{}
+	}
+	return f.now.Add(ttl)
+}
+
+func (f *fakeOps) Get(key string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.live(key)
+	return l.token, ok
+}
+
+func (f *fakeOps) Acquire(keys []string, token string, ttl time.Duration, reentrant bool) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return false, f.err
+	}
+	for _, k := range keys {
+		if l, ok := f.live(k); ok && !(reentrant && l.token == token) {
+			return false, nil
+		}
+	}
+	for _, k := range keys {
+		f.locks[k] = fakeLock{token, f.deadline(ttl)}
+	}
+	return true, nil
+}
+
+func (f *fakeOps) Release(key, token string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return false, f.err
+	}
+	if l, ok := f.live(key); ok && l.token == token {
+		delete(f.locks, key)
+		return true, nil
+	}
+	return false, nil
+}
+
+func (f *fakeOps) Extend(key, token string, ttl time.Duration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return false, f.err
+	}
+	if ttl <= 0 {
+		return false, errors.New("fake: Extend with non-positive TTL")
+	}
+	if l, ok := f.live(key); ok && l.token == token {
+		f.locks[key] = fakeLock{token, f.deadline(ttl)}
+		return true, nil
+	}
+	return false, nil
+}
+
+func (f *fakeOps) PTTL(key string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.live(key)
+	switch {
+	case !ok:
+		return -2, nil
+	case l.expires.IsZero():
+		return -1, nil
+	}
+	return l.expires.Sub(f.now).Milliseconds(), nil
+}
+
+// set puts a lock in place directly; ttl 0 means no TTL.
+func (f *fakeOps) set(key, token string, ttl time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.locks[key] = fakeLock{token, f.deadline(ttl)}
+}
+
+func (f *fakeOps) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+// check runs one script call and compares its reply.
+type checker struct {
+	t *testing.T
+	s *Script
+	f *fakeOps
+}
+
+func (c checker) want(keys, argv []string, want Reply) {
+	c.t.Helper()
+	got := c.s.Exec(c.f, keys, argv)
+	if want.Kind == ReplyError {
+		if got.Kind != ReplyError || !strings.HasPrefix(got.Str, want.Str) {
+			c.t.Errorf("%s %v %v = %v, want error %q...", c.s.ID, keys, argv, got, want.Str)
+		}
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		c.t.Errorf("%s %v %v = %v, want %v", c.s.ID, keys, argv, got, want)
+	}
+}
+
+func (c checker) holder(key, want string) {
+	c.t.Helper()
+	tok, held := c.f.Get(key)
+	switch {
+	case want == "" && held:
+		c.t.Errorf("%s: %s held by %q, want free", c.s.ID, key, tok)
+	case want != "" && (!held || tok != want):
+		c.t.Errorf("%s: %s held=%v by %q, want %q", c.s.ID, key, held, tok, want)
+	}
+}
+
+func (c checker) pttl(key string, want int64) {
+	c.t.Helper()
+	if got, _ := c.f.PTTL(key); got != want {
+		c.t.Errorf("%s: PTTL %s = %d, want %d", c.s.ID, key, got, want)
+	}
+}
+
+func k(keys ...string) []string { return keys }
+func a(argv ...string) []string { return argv }
+
+const sec = time.Second
+
+var (
+	errNotInt = errorReply("ERR value is not an integer")
+	errExpire = errorReply("ERR invalid expire time in 'set'")
+	errArith  = errorReply("ERR user_script: attempt to perform arithmetic")
+	errArgs   = errorReply("ERR wrong number of arguments")
+)
+
+// semanticsTests holds, for each Semantics, a scenario over a fresh fake
+// lock table that covers held-by-token, held-by-other, missing, TTL and
+// argument cases. Every catalogue entry runs the scenario of its Semantics.
+var semanticsTests = map[string]func(c checker){
+	"release": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), a("other"), intReply(0))
+		c.holder("l", "tok")
+		c.want(k("l"), a("tok"), intReply(1))
+		c.holder("l", "")
+		c.want(k("l"), a("tok"), intReply(0))
+		c.f.set("l", "tok", sec)
+		c.f.advance(2 * sec)
+		c.want(k("l"), a("tok"), intReply(0))
+	},
+	"release-tristate": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), a("other"), intReply(0))
+		c.want(k("l"), a("tok"), intReply(1))
+		c.want(k("l"), a("tok"), intReply(-1))
+		c.want(k("l"), a(""), intReply(-1))
+	},
+	"extend": func(c checker) {
+		c.f.set("l", "tok", sec)
+		c.want(k("l"), a("tok", "5000"), intReply(1))
+		c.pttl("l", 5000)
+		c.want(k("l"), a("other", "9000"), intReply(0))
+		c.pttl("l", 5000)
+		c.want(k("m"), a("tok", "9000"), intReply(0))
+		c.want(k("l"), a("tok", "abc"), errNotInt)
+		c.want(k("l"), a("other", "abc"), intReply(0)) // Redis never parses the TTL here
+		c.want(k("l"), a("tok", "+5"), errNotInt)
+		c.want(k("l"), a("tok", "99999999999999999"), errorReply("ERR invalid expire time in 'pexpire'"))
+		c.f.set("p", "tok", 0)
+		c.want(k("p"), a("tok", "700"), intReply(1))
+		c.pttl("p", 700)
+		c.want(k("l"), a("tok", "0"), intReply(1)) // PEXPIRE 0 deletes
+		c.holder("l", "")
+		c.want(k("p"), a("tok", "-5"), intReply(1))
+		c.holder("p", "")
+	},
+	"extend-or-acquire": func(c checker) {
+		c.f.set("l", "tok", sec)
+		c.want(k("l"), a("tok", "5000"), intReply(1))
+		c.pttl("l", 5000)
+		c.want(k("l"), a("other", "5000"), intReply(0))
+		c.holder("l", "tok")
+		c.want(k("m"), a("tok", "3000"), intReply(1))
+		c.holder("m", "tok")
+		c.pttl("m", 3000)
+		c.want(k("l"), a("tok", "x"), errNotInt)
+		c.want(k("l"), a("other", "x"), errNotInt)
+		c.want(k("n"), a("tok", "0"), errExpire)
+		c.holder("n", "")
+		c.want(k("l"), a("tok", "0"), intReply(1))
+		c.holder("l", "")
+	},
+	"pttl-or-minus3": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), a("tok"), intReply(10000))
+		c.f.advance(1500 * time.Millisecond)
+		c.want(k("l"), a("tok"), intReply(8500))
+		c.want(k("l"), a("other"), intReply(-3))
+		c.want(k("m"), a("tok"), intReply(-3))
+		c.f.set("p", "tok", 0)
+		c.want(k("p"), a("tok"), intReply(-1))
+	},
+	"obtain-prefix": func(c checker) {
+		c.want(k("l"), a("tok1meta", "4", "10000"), okReply)
+		c.holder("l", "tok1meta")
+		c.pttl("l", 10000)
+		c.f.advance(sec)
+		c.want(k("l"), a("tok1meta", "4", "20000"), okReply) // same value: TTL reset
+		c.pttl("l", 20000)
+		c.want(k("l"), a("tok1other", "4", "5000"), okReply) // same token, new metadata
+		c.holder("l", "tok1other")
+		c.pttl("l", 5000)
+		c.want(k("l"), a("tok2meta", "4", "5000"), nilReply)
+		c.holder("l", "tok1other")
+		c.want(k("l"), a("tok1other", "0", "5000"), nilReply) // empty prefix vs whole value
+		c.want(k("l"), a("tok1", "x", "5000"), errArith)
+		c.want(k("l"), a("tok1", "1.5", "5000"), errNotInt)
+		c.want(k("l"), a("tok1other", "4", "x"), errNotInt)
+		c.want(k("m"), a("tok1", "4", "0"), errExpire)
+		c.holder("m", "")
+		c.want(k("m"), a("tok1", "4", "-1"), errExpire)
+		c.want(k("l"), a("tok1other", "99", "5000"), okReply) // offset past the end compares whole strings
+	},
+	"obtain-multi-prefix": func(c checker) {
+		c.want(k("a", "b"), a("tokAm", "4", "10000"), okReply)
+		c.holder("a", "tokAm")
+		c.holder("b", "tokAm")
+		c.f.advance(sec)
+		c.want(k("a", "b"), a("tokAm", "4", "10000"), okReply)
+		c.pttl("b", 10000)
+		c.want(k("a", "b"), a("tokAn", "4", "7000"), okReply)
+		c.holder("a", "tokAn")
+		c.pttl("a", 7000)
+		c.want(k("a", "b"), a("tokBm", "4", "7000"), nilReply)
+		c.f.set("c", "other", 10*sec)
+		c.want(k("d", "c"), a("tokAm", "4", "7000"), nilReply)
+		c.holder("d", "")
+		c.want(k("a", "d"), a("tokAn", "4", "7000"), nilReply) // partly held, partly free: no
+		c.holder("d", "")
+		c.want(k("e", "f"), a("tokAm", "4", "x"), errNotInt)
+		c.holder("e", "")
+		c.want(k("e", "f"), a("tokAm", "4", "0"), okReply) // set and deleted at once
+		c.holder("e", "")
+		c.want(k("a", "b"), a("tokAn", "x", "1000"), errArith)
+		c.want(k("a", "b"), a("tokAx", "4", "x"), errNotInt)
+		c.want(k("a", "b"), a("tokBx", "4", "x"), nilReply)
+		c.want(k("a", "b"), a("tokAx", "4", "0"), okReply)
+		c.holder("a", "")
+		c.holder("b", "")
+		c.want(k("g", "g"), a("tokG", "4", "1000"), okReply)
+		c.holder("g", "tokG")
+	},
+	"release-all": func(c checker) {
+		c.f.set("a", "tok", 10*sec)
+		c.f.set("b", "tok", 10*sec)
+		c.f.set("c", "other", 10*sec)
+		c.want(k("a", "c"), a("tok"), nilReply)
+		c.holder("a", "tok")
+		c.want(k("a", "x"), a("tok"), nilReply)
+		c.want(k("a", "b", "a"), a("tok"), okReply)
+		c.holder("a", "")
+		c.holder("b", "")
+		c.want(k("a"), a("tok"), nilReply)
+	},
+	"refresh-all": func(c checker) {
+		c.f.set("a", "tok", sec)
+		c.f.set("b", "tok", 0)
+		c.f.set("c", "other", sec)
+		c.want(k("a", "b"), a("tok", "5000"), okReply)
+		c.pttl("a", 5000)
+		c.pttl("b", 5000)
+		c.want(k("a", "c"), a("tok", "9000"), nilReply)
+		c.pttl("a", 5000)
+		c.want(k("a", "c"), a("tok", "x"), nilReply)
+		c.want(k("a", "b"), a("tok", "x"), errNotInt)
+		c.want(k("a"), a("tok", "0"), okReply)
+		c.holder("a", "")
+	},
+	"min-pttl-all": func(c checker) {
+		c.f.set("a", "tok", 5*sec)
+		c.f.set("b", "tok", 3*sec)
+		c.f.set("p", "tok", 0)
+		c.f.set("q", "tok", 0)
+		c.want(k("a", "b"), a("tok"), intReply(3000))
+		c.want(k("a", "p"), a("tok"), intReply(5000))
+		c.want(k("p", "q"), a("tok"), intReply(0))
+		c.want(k("a", "x"), a("tok"), nilReply)
+		c.want(k("a"), a("other"), nilReply)
+	},
+	"py-extend": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), a("tok", "5000", "0"), intReply(1))
+		c.pttl("l", 15000)
+		c.want(k("l"), a("tok", "5000", "1"), intReply(1))
+		c.pttl("l", 5000)
+		c.want(k("l"), a("tok", "4000"), intReply(1)) // no ARGV[3]: replace
+		c.pttl("l", 4000)
+		c.want(k("l"), a("tok", " 1e3 ", "0"), intReply(1)) // Lua coerces the string
+		c.pttl("l", 5000)
+		c.want(k("l"), a("tok", "x", "1"), errNotInt)
+		c.want(k("l"), a("tok", "x", "0"), errArith)
+		c.want(k("l"), a("tok", "0.5", "0"), errNotInt)
+		c.want(k("l"), a("other", "5000", "1"), intReply(0))
+		c.want(k("m"), a("tok", "5000", "1"), intReply(0))
+		c.f.set("p", "tok", 0)
+		c.want(k("p"), a("tok", "5000", "1"), intReply(0)) // no TTL: cannot extend
+		c.want(k("l"), a("tok", "-6000", "0"), intReply(1))
+		c.holder("l", "")
+	},
+	"py-extend-add": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), a("tok", "5000"), intReply(1))
+		c.pttl("l", 15000)
+		c.want(k("l"), a("tok", "0x10"), intReply(1))
+		c.pttl("l", 15016)
+		c.want(k("l"), a("tok", "x"), errArith)
+		c.want(k("l"), a("other", "5000"), intReply(0))
+		c.f.set("p", "tok", 0)
+		c.want(k("p"), a("tok", "5000"), intReply(0))
+		c.want(k("m"), a("tok", "5000"), intReply(0))
+	},
+	"py-acquire": func(c checker) {
+		c.want(k("l"), a("tok", "5000"), intReply(1))
+		c.holder("l", "tok")
+		c.pttl("l", 5000)
+		c.want(k("l"), a("tok", "5000"), intReply(0))
+		c.want(k("l"), a("other", ""), intReply(0))
+		c.want(k("m"), a("tok", ""), intReply(1))
+		c.pttl("m", -1)
+		c.want(k("n"), a("tok", "x"), errNotInt)
+		c.holder("n", "")
+		c.want(k("l"), a("tok", "x"), intReply(0))
+		c.want(k("n"), a("tok", "0"), intReply(1))
+		c.holder("n", "")
+	},
+	"set-nx-px": func(c checker) {
+		c.want(k("l"), a("tok", "5000"), okReply)
+		c.holder("l", "tok")
+		c.pttl("l", 5000)
+		c.want(k("l"), a("tok", "5000"), nilReply)
+		c.want(k("l"), a("other", "5000"), nilReply)
+		c.want(k("m"), a("tok", "x"), errNotInt)
+		c.want(k("m"), a("tok", "0"), errExpire)
+		c.want(k("l"), a("tok", "0"), errExpire)
+		c.holder("m", "")
+	},
+	"acquire-all": func(c checker) {
+		c.want(k("a", "b"), a("tok", "5000"), intReply(2))
+		c.holder("b", "tok")
+		c.pttl("a", 5000)
+		c.want(k("a", "b"), a("tok", "5000"), intReply(0)) // exists, even for the same token
+		c.f.set("c", "other", 10*sec)
+		c.want(k("d", "c"), a("tok", "5000"), intReply(0))
+		c.holder("d", "")
+		c.want(k("e", "e"), a("tok", "5000"), intReply(2))
+		c.want(k(), a(), intReply(0))
+		c.want(k("f"), a("tok"), errArgs)
+		c.want(k("f"), a("tok", "x"), errNotInt)
+		c.want(k("c"), a("tok", "x"), intReply(0))
+		c.want(k("f"), a("tok", "0"), errExpire)
+		c.holder("f", "")
+	},
+	"extend-all": func(c checker) {
+		c.f.set("a", "tok", sec)
+		c.f.set("b", "tok", 0)
+		c.f.set("c", "other", sec)
+		c.want(k("a", "b"), a("tok", "5000"), intReply(2))
+		c.pttl("b", 5000)
+		c.want(k("a", "c"), a("tok", "9000"), intReply(0))
+		c.want(k("a", "x"), a("tok", "9000"), intReply(0))
+		c.pttl("a", 5000)
+		c.want(k("a", "a", "b"), a("tok", "6000"), intReply(3))
+		c.want(k("a"), a("tok", "x"), errNotInt)
+		c.want(k("c"), a("tok", "x"), intReply(0))
+		c.want(k("a"), a("tok", "0"), errExpire)
+		c.want(k(), a(), intReply(0))
+		c.want(k("a"), a("tok"), errArgs)
+	},
+	"release-each": func(c checker) {
+		c.f.set("a", "tok", sec)
+		c.f.set("b", "tok", sec)
+		c.f.set("c", "other", sec)
+		c.want(k("a", "b", "c", "x"), a("tok"), intReply(2))
+		c.holder("c", "other")
+		c.holder("a", "")
+		c.f.set("a", "tok", sec)
+		c.want(k("a", "a"), a("tok"), intReply(1))
+		c.want(k(), a(), intReply(0))
+		c.want(k("a"), a(), errArgs)
+	},
+	"redlock-rb-lock": func(c checker) {
+		c.want(k("l"), a("tok", "5000", "yes"), okReply)
+		c.holder("l", "tok")
+		c.pttl("l", 5000)
+		c.want(k("l"), a("tok", "8000", "yes"), okReply)
+		c.pttl("l", 8000)
+		c.want(k("l"), a("tok", "9000", "no"), okReply)
+		c.pttl("l", 9000)
+		c.want(k("l"), a("other", "5000", "yes"), nilReply)
+		c.want(k("m"), a("tok", "5000", "no"), nilReply)
+		c.want(k("m"), a("tok", "5000"), nilReply)
+		c.holder("m", "")
+		c.want(k("m"), a("tok", "x", "yes"), errNotInt)
+		c.want(k("m"), a("tok", "x", "no"), nilReply)
+		c.want(k("l"), a("tok", "x", "no"), errNotInt)
+		c.want(k("l"), a("other", "0", "yes"), nilReply)
+		c.want(k("m"), a("tok", "0", "yes"), errExpire)
+	},
+	"get-and-pttl": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), nil, arrayReply(bulkReply("tok"), intReply(10000)))
+		c.want(k("m"), a("ignored"), arrayReply(nilReply, intReply(-2)))
+		c.f.set("p", "other", 0)
+		c.want(k("p"), nil, arrayReply(bulkReply("other"), intReply(-1)))
+	},
+	"pttl-or-zero": func(c checker) {
+		c.f.set("l", "tok", 10*sec)
+		c.want(k("l"), a("tok"), intReply(10000))
+		c.want(k("l"), a("other"), intReply(0))
+		c.want(k("m"), a("tok"), intReply(0))
+		c.f.set("p", "tok", 0)
+		c.want(k("p"), a("tok"), intReply(0))
+	},
+}
+
+func TestCatalogueSemantics(t *testing.T) {
+	for _, s := range Catalogue() {
+		t.Run(s.ID, func(t *testing.T) {
+			run, ok := semanticsTests[s.Semantics]
+			if !ok {
+				t.Fatalf("no scenario for semantics %q", s.Semantics)
+			}
+			run(checker{t, s, newFake()})
+		})
+	}
+}
+
+func TestArgumentValidation(t *testing.T) {
+	for _, s := range Catalogue() {
+		c := checker{t, s, newFake()}
+		if s.MinKeys > 0 {
+			c.want(nil, a("tok", "1000", "1000"), errArgs)
+		}
+		if s.MinArgs > 0 {
+			c.want(k("l"), nil, errArgs)
+			c.want(k("l"), make([]string, s.MinArgs-1), errArgs)
+		}
+	}
+}
+
+// TestExecNeverPanics feeds every entry awkward arguments over several lock
+// states: the reply must be a well-formed value, never a panic.
+func TestExecNeverPanics(t *testing.T) {
+	pool := []string{"", "tok", "0", "-1", "1", "1000", "x", " 7 ", "1e3", "0x1F", "1.5", "-0",
+		"99999999999999999999", "9223372036854775807", "-9223372036854775808", "inf", "nan", "yes", "no"}
+	for _, s := range Catalogue() {
+		for i := 0; i < 400; i++ {
+			f := newFake()
+			if i%3 == 0 {
+				f.set("a", "tok", sec)
+			}
+			if i%5 == 0 {
+				f.set("b", "other", 0)
+			}
+			nk := i % 4
+			keys := []string{"a", "b", "a"}[:min(nk, 3)]
+			argv := []string{pool[i%len(pool)], pool[(i/3)%len(pool)], pool[(i/7)%len(pool)]}[:i%4]
+			r := s.Exec(f, keys, argv)
+			if r.Kind > ReplyError {
+				t.Fatalf("%s %v %v: bad reply kind %d", s.ID, keys, argv, r.Kind)
+			}
+			if r.Kind == ReplyError && !regexp.MustCompile(`^[A-Z]+ `).MatchString(r.Str) {
+				t.Fatalf("%s %v %v: error without code: %q", s.ID, keys, argv, r.Str)
+			}
+		}
+	}
+}
+
+func TestLockTableErrorsBecomeReplies(t *testing.T) {
+	for _, s := range Catalogue() {
+		f := newFake()
+		f.set("a", "tok", sec)
+		f.err = errors.New("lock table unavailable")
+		r := s.Exec(f, k("a", "b"), a("tok", "1000", "1000"))
+		if r.Kind == ReplyError && r.Str != "ERR lock table unavailable" {
+			t.Errorf("%s: error reply %q", s.ID, r.Str)
+		}
+	}
+	f := newFake()
+	f.err = errors.New("WRONGTYPE not a lock")
+	s, _ := LookupSHA("c3f8721cbb97f72bc19e972846bd7aaf91901658")
+	if r := s.Exec(f, k("a"), a("tok")); r.Str != "WRONGTYPE not a lock" {
+		t.Errorf("coded error not kept: %v", r)
+	}
+}
+
+var hex40 = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+func TestCatalogueConsistency(t *testing.T) {
+	seenSHA := map[string]string{}
+	normSemantics := map[string]string{}
+	ids := map[string]bool{}
+	for _, s := range Catalogue() {
+		if ids[s.ID] {
+			t.Errorf("duplicate ID %s", s.ID)
+		}
+		ids[s.ID] = true
+		if !hex40.MatchString(s.SHA1) || !hex40.MatchString(s.NormSHA1) {
+			t.Errorf("%s: malformed SHA1s %q %q", s.ID, s.SHA1, s.NormSHA1)
+		}
+		// One exact body is one entry; clients that send the same bytes are
+		// listed together on it.
+		if other, dup := seenSHA[s.SHA1]; dup {
+			t.Errorf("%s and %s have the same exact SHA1 %s: merge them", s.ID, other, s.SHA1)
+		}
+		seenSHA[s.SHA1] = s.ID
+		if sem, ok := normSemantics[s.NormSHA1]; ok && sem != s.Semantics {
+			t.Errorf("%s: same normalised body as a %q entry but semantics %q", s.ID, sem, s.Semantics)
+		}
+		normSemantics[s.NormSHA1] = s.Semantics
+		if s.SHA1 == s.NormSHA1 {
+			t.Errorf("%s: exact and normalised SHA1 coincide; a real body always has whitespace to drop", s.ID)
+		}
+		if len(s.Clients) == 0 || s.Family == "" || s.Op == "" || s.Replies == "" || s.exec == nil {
+			t.Errorf("%s: incomplete entry", s.ID)
+		}
+		if s.Verified != RealClient && s.Verified != SourceHash {
+			t.Errorf("%s: verification not set", s.ID)
+		}
+		if got, ok := LookupSHA(strings.ToUpper(s.SHA1)); !ok || got != s {
+			t.Errorf("%s: LookupSHA (upper case) failed", s.ID)
+		}
+		if got, ok := byNorm[s.NormSHA1]; !ok || got.Semantics != s.Semantics {
+			t.Errorf("%s: normalised lookup broken", s.ID)
+		}
+	}
+	if _, ok := LookupSHA(SHA1Hex(ownScript)); ok {
+		t.Error("our own script must not be recognised")
+	}
+	if _, ok := Recognize(ownScript); ok {
+		t.Error("our own script must not be recognised after normalisation")
+	}
+}
+
+func TestUnsupportedScriptError(t *testing.T) {
+	r := UnsupportedScriptError("ABCDEF0123456789abcdef0123456789ABCDEF01")
+	if r.Kind != ReplyError {
+		t.Fatalf("kind %d", r.Kind)
+	}
+	for _, want := range []string{
+		"ERR this is a lock proxy; unsupported script (sha abcdef0123456789abcdef0123456789abcdef01). Supported: ",
+		"redsync v4 delete/touch/touch-or-acquire",
+		"redislock release/refresh/pttl/obtain",
+		"redis-py Lock release/extend/reacquire/acquire",
+		"node-redlock v3-v5 acquire/extend/release",
+		"redlock-rb lock/unlock/pttl",
+		"pottery Redlock acquired/extend/release",
+		"See docs/compatibility.md",
+	} {
+		if !strings.Contains(r.Str, want) {
+			t.Errorf("message %q lacks %q", r.Str, want)
+		}
+	}
+	if got := len(Supported()); got != 6 {
+		t.Errorf("Supported() has %d families: %v", got, Supported())
+	}
+}
+
+func TestAppendReply(t *testing.T) {
+	cases := []struct {
+		r          Reply
+		resp2, rs3 string
+	}{
+		{nilReply, "$-1\r\n", "_\r\n"},
+		{intReply(-3), ":-3\r\n", ":-3\r\n"},
+		{okReply, "+OK\r\n", "+OK\r\n"},
+		{bulkReply("tok"), "$3\r\ntok\r\n", "$3\r\ntok\r\n"},
+		{bulkReply(""), "$0\r\n\r\n", "$0\r\n\r\n"},
+		{arrayReply(nilReply, intReply(-2)), "*2\r\n$-1\r\n:-2\r\n", "*2\r\n_\r\n:-2\r\n"},
+		{arrayReply(), "*0\r\n", "*0\r\n"},
+		{errorReply("ERR bad\r\nthing"), "-ERR bad  thing\r\n", "-ERR bad  thing\r\n"},
+		{Reply{Kind: 99}, "-ERR internal: unknown reply kind\r\n", "-ERR internal: unknown reply kind\r\n"},
+	}
+	for _, c := range cases {
+		if got := string(AppendReply([]byte("x"), c.r, false)); got != "x"+c.resp2 {
+			t.Errorf("RESP2 %v = %q, want %q", c.r, got, c.resp2)
+		}
+		if got := string(AppendReply(nil, c.r, true)); got != c.rs3 {
+			t.Errorf("RESP3 %v = %q, want %q", c.r, got, c.rs3)
+		}
+	}
+}
+
+func TestRedisHelpers(t *testing.T) {
+	for s, want := range map[string]bool{"0": true, "12": true, "-7": true, "-0": false, "01": false, "+1": false,
+		" 1": false, "1.0": false, "": false, "9223372036854775807": true, "9223372036854775808": false} {
+		if _, ok := parseRedisInt(s); ok != want {
+			t.Errorf("parseRedisInt(%q) ok=%v", s, ok)
+		}
+	}
+	for _, c := range []struct {
+		s          string
+		start, end int64
+		want       string
+	}{
+		{"abcdef", 0, 2, "abc"}, {"abcdef", 0, -1, "abcdef"}, {"abcdef", 0, -10, "a"}, {"", 0, -1, ""},
+		{"abc", 0, 99, "abc"}, {"abc", -2, -1, "bc"}, {"abc", -1, -2, ""}, {"abc", 2, 1, ""},
+	} {
+		if got := redisGetrange(c.s, c.start, c.end); got != c.want {
+			t.Errorf("getrange(%q,%d,%d) = %q, want %q", c.s, c.start, c.end, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		s    string
+		i, j int64
+		want string
+	}{
+		{"abcdef", 1, 3, "abc"}, {"abcdef", 1, 0, ""}, {"abcdef", 1, -1, "abcdef"}, {"abcdef", 1, -3, "abcd"},
+		{"abc", 1, 99, "abc"}, {"abc", -2, -1, "bc"}, {"abc", 0, 2, "ab"},
+	} {
+		if got := luaSub(c.s, c.i, c.j); got != c.want {
+			t.Errorf("sub(%q,%d,%d) = %q, want %q", c.s, c.i, c.j, got, c.want)
+		}
+	}
+	for s, want := range map[string]float64{"10": 10, " 10\t": 10, "1e3": 1000, "0x1F": 31, "-2.5": -2.5} {
+		if got, ok := luaToNumber(s); !ok || got != want {
+			t.Errorf("luaToNumber(%q) = %v %v", s, got, ok)
+		}
+	}
+	for _, s := range []string{"", "x", "1x", "0x", "1 2"} {
+		if _, ok := luaToNumber(s); ok {
+			t.Errorf("luaToNumber(%q) accepted", s)
+		}
+	}
+}
+
+func ExampleUnsupportedScriptError() {
+	fmt.Println(strings.SplitN(UnsupportedScriptError("0000000000000000000000000000000000000000").Str, ".", 2)[0])
+	// Output: ERR this is a lock proxy; unsupported script (sha 0000000000000000000000000000000000000000)
+}
