@@ -1,14 +1,27 @@
 package resp
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // fakeOps is an in-memory lock table with a manual clock, so TTLs are exact
@@ -679,4 +692,575 @@ func TestRedisHelpers(t *testing.T) {
 func ExampleUnsupportedScriptError() {
 	fmt.Println(strings.SplitN(UnsupportedScriptError("0000000000000000000000000000000000000000").Str, ".", 2)[0])
 	// Output: ERR this is a lock proxy; unsupported script (sha 0000000000000000000000000000000000000000)
+}
+
+// ---------------------------------------------------------------------------
+// Differential tests: real client libraries against a real redis-server,
+// through a recording proxy. Every script the libraries send must be in the
+// catalogue under its exact SHA1, and replaying the recorded command sequence
+// through our executors over the fake lock table must give the replies Redis
+// gave (byte for byte, except remaining TTLs, which can only be close).
+
+// startRedis runs a private redis-server on a free loopback port.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (make deps installs it)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_, _ = c.Write([]byte("PING\r\n"))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if line == "+PONG\r\n" {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server did not come up on %s: %s", addr, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exchange is one command and the reply Redis gave to it.
+type exchange struct {
+	conn  int
+	resp3 bool // the connection had switched to RESP3 (HELLO 3) before this command
+	cmd   []string
+	raw   []byte
+	reply Reply
+}
+
+// recorder is a TCP proxy that forwards one command at a time and logs it
+// with its reply. Clients that pipeline still work: commands are forwarded
+// in order and each reply is read before the next command is sent.
+type recorder struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	log    []exchange
+	conns  []net.Conn
+	nconn  int
+	wg     sync.WaitGroup
+}
+
+func newRecorder(t *testing.T, target string) *recorder {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{ln: ln, target: target}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *recorder) addr() string { return r.ln.Addr().String() }
+
+func (r *recorder) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", r.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.mu.Lock()
+		r.nconn++
+		id := r.nconn
+		r.conns = append(r.conns, c, s)
+		r.mu.Unlock()
+		r.wg.Add(1)
+		go r.serve(id, c, s)
+	}
+}
+
+func (r *recorder) serve(id int, client, server net.Conn) {
+	defer r.wg.Done()
+	defer client.Close()
+	defer server.Close()
+	cr, sr := bufio.NewReader(client), bufio.NewReader(server)
+	resp3 := false
+	for {
+		var craw, sraw bytes.Buffer
+		cmd, err := readRESP(cr, &craw)
+		if err != nil {
+			return
+		}
+		if _, err := server.Write(craw.Bytes()); err != nil {
+			return
+		}
+		rep, err := readRESP(sr, &sraw)
+		if err != nil {
+			return
+		}
+		if _, err := client.Write(sraw.Bytes()); err != nil {
+			return
+		}
+		args := make([]string, len(cmd.Array))
+		for i, a := range cmd.Array {
+			args[i] = a.Str
+		}
+		r.mu.Lock()
+		r.log = append(r.log, exchange{conn: id, resp3: resp3, cmd: args, raw: sraw.Bytes(), reply: rep})
+		r.mu.Unlock()
+		if len(args) > 1 && strings.EqualFold(args[0], "HELLO") && args[1] == "3" && rep.Kind != ReplyError {
+			resp3 = true
+		}
+	}
+}
+
+func (r *recorder) close() {
+	r.ln.Close()
+	r.mu.Lock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *recorder) exchanges() []exchange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]exchange(nil), r.log...)
+}
+
+// readRESP reads one RESP2/RESP3 value, copying its bytes to raw. RESP3
+// aggregates become arrays and scalars statuses; only the kinds a lock
+// script can return need to be exact.
+func readRESP(r *bufio.Reader, raw *bytes.Buffer) (Reply, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return Reply{}, err
+	}
+	raw.WriteString(line)
+	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
+		return Reply{}, fmt.Errorf("bad RESP line %q", line)
+	}
+	body := line[1 : len(line)-2]
+	num := func() (int64, error) { return strconv.ParseInt(body, 10, 64) }
+	switch line[0] {
+	case '+', ',', '(':
+		return statusReply(body), nil
+	case '-':
+		return errorReply(body), nil
+	case ':':
+		n, err := num()
+		return intReply(n), err
+	case '#':
+		if body == "t" {
+			return intReply(1), nil
+		}
+		return intReply(0), nil
+	case '_':
+		return nilReply, nil
+	case '$', '=', '!':
+		n, err := num()
+		if err != nil || n < 0 {
+			return nilReply, err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return Reply{}, err
+		}
+		raw.Write(buf)
+		if line[0] == '!' {
+			return errorReply(string(buf[:n])), nil
+		}
+		return bulkReply(string(buf[:n])), nil
+	case '*', '~', '>', '%', '|':
+		n, err := num()
+		if err != nil || n < 0 {
+			return nilReply, err
+		}
+		if line[0] == '%' || line[0] == '|' {
+			n *= 2
+		}
+		arr := make([]Reply, 0, n)
+		for i := int64(0); i < n; i++ {
+			e, err := readRESP(r, raw)
+			if err != nil {
+				return Reply{}, err
+			}
+			arr = append(arr, e)
+		}
+		if line[0] == '|' { // attributes precede the real value
+			return readRESP(r, raw)
+		}
+		return arrayReply(arr...), nil
+	}
+	return Reply{}, fmt.Errorf("unknown RESP type %q", line[0])
+}
+
+// closeEnough compares replies, allowing remaining TTLs to differ: the replay
+// runs on a frozen clock while Redis's clock kept going.
+func closeEnough(got, want Reply, ttl bool) bool {
+	if !ttl {
+		return reflect.DeepEqual(got, want)
+	}
+	if got.Kind != want.Kind || len(got.Array) != len(want.Array) || got.Str != want.Str {
+		return false
+	}
+	if got.Kind == ReplyInt {
+		if got.Int > 0 && want.Int > 0 {
+			d := got.Int - want.Int
+			return d >= -2000 && d <= 2000
+		}
+		return got.Int == want.Int
+	}
+	for i := range got.Array {
+		if !closeEnough(got.Array[i], want.Array[i], ttl) {
+			return false
+		}
+	}
+	return true
+}
+
+// replay runs the recorded commands against a fresh fake lock table and
+// checks every script reply; it returns the catalogue IDs it saw.
+func replay(t *testing.T, log []exchange) map[string]bool {
+	t.Helper()
+	f := newFake()
+	seen := map[string]bool{}
+	compared := 0
+	defer func() { t.Logf("compared %d script replies; scripts seen: %d", compared, len(seen)) }()
+	for _, ex := range log {
+		cmd := ex.cmd
+		if len(cmd) == 0 {
+			continue
+		}
+		var s *Script
+		var keys, argv []string
+		switch strings.ToUpper(cmd[0]) {
+		case "SET":
+			if len(cmd) < 3 {
+				continue
+			}
+			nx, ttl := false, time.Duration(0)
+			for i := 3; i < len(cmd); i++ {
+				switch strings.ToUpper(cmd[i]) {
+				case "NX":
+					nx = true
+				case "PX", "EX":
+					n, _ := strconv.ParseInt(cmd[i+1], 10, 64)
+					ttl = ms(n)
+					if strings.EqualFold(cmd[i], "EX") {
+						ttl = time.Duration(n) * time.Second
+					}
+					i++
+				}
+			}
+			if !nx {
+				t.Fatalf("unexpected plain SET in replay: %q", cmd)
+			}
+			got, _ := f.Acquire([]string{cmd[1]}, cmd[2], ttl, false)
+			want := nilReply
+			if got {
+				want = okReply
+			}
+			if !reflect.DeepEqual(want, ex.reply) {
+				t.Fatalf("replay diverged at %q: Redis %v, fake %v", cmd, ex.reply, want)
+			}
+			continue
+		case "GET":
+			tok, held := f.Get(cmd[1])
+			want := nilReply
+			if held {
+				want = bulkReply(tok)
+			}
+			if !reflect.DeepEqual(want, ex.reply) {
+				t.Fatalf("replay diverged at %q: Redis %v, fake %v", cmd, ex.reply, want)
+			}
+			continue
+		case "SCRIPT":
+			if len(cmd) == 3 && strings.EqualFold(cmd[1], "LOAD") {
+				s = recognizeExact(t, cmd[2])
+				if ex.reply.Str != s.SHA1 {
+					t.Errorf("SCRIPT LOAD returned %v, catalogue says %s", ex.reply, s.SHA1)
+				}
+				seen[s.ID] = true
+			}
+			continue
+		case "EVALSHA":
+			var ok bool
+			if s, ok = LookupSHA(cmd[1]); !ok {
+				t.Fatalf("EVALSHA of unknown script %s", cmd[1])
+			}
+			if ex.reply.Kind == ReplyError && strings.HasPrefix(ex.reply.Str, "NOSCRIPT") {
+				continue // the client follows up with EVAL or SCRIPT LOAD
+			}
+		case "EVAL":
+			s = recognizeExact(t, cmd[1])
+		default:
+			continue // connection set-up: HELLO, CLIENT SETINFO, PING, ...
+		}
+		seen[s.ID] = true
+		n, err := strconv.Atoi(cmd[2])
+		if err != nil || n < 0 || 3+n > len(cmd) {
+			t.Fatalf("bad numkeys in %q", cmd)
+		}
+		keys, argv = cmd[3:3+n], cmd[3+n:]
+		got := s.Exec(f, keys, argv)
+		compared++
+		if got.Kind == ReplyError || ex.reply.Kind == ReplyError {
+			if got.Kind != ex.reply.Kind || strings.Fields(got.Str)[0] != strings.Fields(ex.reply.Str)[0] {
+				t.Errorf("%s %q %q: Redis %v, native %v", s.ID, keys, argv, ex.reply, got)
+			}
+			continue
+		}
+		if !closeEnough(got, ex.reply, s.TTLReply) {
+			t.Errorf("%s %q %q: Redis %v, native %v", s.ID, keys, argv, ex.reply, got)
+			continue
+		}
+		if enc := AppendReply(nil, got, ex.resp3); !s.TTLReply && !bytes.Equal(enc, ex.raw) {
+			t.Errorf("%s (resp3=%v): Redis sent %q, we would send %q", s.ID, ex.resp3, ex.raw, enc)
+		}
+	}
+	return seen
+}
+
+// recognizeExact checks that a body a real client sent is catalogued under
+// its exact SHA1, and that layout changes still find it through Normalize.
+func recognizeExact(t *testing.T, body string) *Script {
+	t.Helper()
+	s, ok := Recognize(body)
+	if !ok || s.SHA1 != SHA1Hex(body) {
+		t.Fatalf("real client sent a script not catalogued under its exact SHA1 %s", SHA1Hex(body))
+	}
+	if got := SHA1Hex(Normalize(body)); got != s.NormSHA1 {
+		t.Errorf("%s: NormSHA1 %s, but the real body normalises to %s", s.ID, s.NormSHA1, got)
+	}
+	mangled := "-- pasted into an application\r\n" +
+		strings.NewReplacer("\n", "\r\n    ", "\t", "  ", " ", "   ").Replace(body) + "\n--[[ end ]]\n"
+	if _, exact := LookupSHA(SHA1Hex(mangled)); exact {
+		t.Fatalf("mangling did not change the body")
+	}
+	if m, ok := Recognize(mangled); !ok || m.Semantics != s.Semantics {
+		t.Errorf("%s: re-indented body not recognised", s.ID)
+	}
+	return s
+}
+
+func expectSeen(t *testing.T, seen map[string]bool, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if !seen[id] {
+			t.Errorf("the real client never sent %s", id)
+		}
+	}
+}
+
+func TestRealRedsync(t *testing.T) {
+	rec := newRecorder(t, startRedis(t))
+	client := goredis.NewClient(&goredis.Options{Addr: rec.addr(), Protocol: 3})
+	defer client.Close()
+	rs := redsync.New(redsyncgoredis.NewPool(client))
+
+	must := func(ok bool, err error, want bool, what string) {
+		t.Helper()
+		if ok != want {
+			t.Fatalf("%s: got %v (%v), want %v", what, ok, err, want)
+		}
+	}
+	m1 := rs.NewMutex("rs-a", redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
+	if err := m1.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := m1.Extend()
+	must(ok, err, true, "owner extends")
+	m2 := rs.NewMutex("rs-a", redsync.WithExpiry(10*time.Second), redsync.WithTries(1), redsync.WithValue("intruder"))
+	if err := m2.TryLock(); err == nil {
+		t.Fatal("second mutex took a held lock")
+	}
+	ok, err = m2.Extend()
+	must(ok, err, false, "non-owner extends")
+	ok, err = m2.Unlock()
+	must(ok, err, false, "non-owner unlocks")
+	ok, err = m1.Unlock()
+	must(ok, err, true, "owner unlocks")
+	ok, err = m1.Unlock()
+	must(ok, err, false, "owner unlocks twice")
+	if !errors.Is(err, redsync.ErrLockAlreadyExpired) {
+		t.Fatalf("second unlock: %v, want ErrLockAlreadyExpired (the -1 reply)", err)
+	}
+
+	m3 := rs.NewMutex("rs-b", redsync.WithExpiry(6*time.Second), redsync.WithTries(1), redsync.WithSetNXOnExtend())
+	if err := m3.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	ok, err = m3.Extend()
+	must(ok, err, true, "setnx-extend by owner")
+	ok, err = m3.Unlock()
+	must(ok, err, true, "unlock")
+	ok, err = m3.Extend()
+	must(ok, err, true, "setnx-extend re-acquires a free lock")
+	m4 := rs.NewMutex("rs-b", redsync.WithExpiry(6*time.Second), redsync.WithTries(1), redsync.WithSetNXOnExtend(),
+		redsync.WithValue("intruder"))
+	ok, err = m4.Extend()
+	must(ok, err, false, "setnx-extend by non-owner")
+	ok, err = m3.Unlock()
+	must(ok, err, true, "final unlock")
+
+	seen := replay(t, rec.exchanges())
+	expectSeen(t, seen, "redsync/delete", "redsync/touch", "redsync/touch-setnx")
+	checkRealClientEntries(t, seen, "go-redsync/redsync")
+}
+
+func TestRealRedislock(t *testing.T) {
+	addr := startRedis(t)
+	// Both protocols, because nil (a failed obtain or refresh) is encoded
+	// differently in RESP2 and RESP3.
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) { redislockScenario(t, addr, proto) })
+	}
+}
+
+func redislockScenario(t *testing.T, addr string, proto int) {
+	rec := newRecorder(t, addr)
+	client := goredis.NewClient(&goredis.Options{Addr: rec.addr(), Protocol: proto})
+	defer client.Close()
+	ctx := context.Background()
+	lc := redislock.New(client)
+
+	l1, err := lc.Obtain(ctx, "rl-a", 10*time.Second, &redislock.Options{Token: "tok-1", Metadata: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Obtain(ctx, "rl-a", 10*time.Second, nil); !errors.Is(err, redislock.ErrNotObtained) {
+		t.Fatalf("obtained a held lock: %v", err)
+	}
+	if _, err := lc.Obtain(ctx, "rl-a", 12*time.Second, &redislock.Options{Token: "tok-1", Metadata: "m1"}); err != nil {
+		t.Fatalf("re-obtain with the same value: %v", err)
+	}
+	l2, err := lc.Obtain(ctx, "rl-a", 10*time.Second, &redislock.Options{Token: "tok-1", Metadata: "m2"})
+	if err != nil {
+		t.Fatalf("re-obtain with new metadata: %v", err)
+	}
+	if ttl, err := l1.TTL(ctx); err != nil || ttl != 0 {
+		t.Fatalf("stale lock TTL = %v, %v (want 0: the -3 reply)", ttl, err)
+	}
+	if ttl, err := l2.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("TTL = %v, %v", ttl, err)
+	}
+	if err := l2.Refresh(ctx, 20*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.Refresh(ctx, 20*time.Second, nil); !errors.Is(err, redislock.ErrNotObtained) {
+		t.Fatalf("stale refresh: %v", err)
+	}
+	if err := l1.Release(ctx); !errors.Is(err, redislock.ErrLockNotHeld) {
+		t.Fatalf("stale release: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(ctx); !errors.Is(err, redislock.ErrLockNotHeld) {
+		t.Fatalf("double release: %v", err)
+	}
+	if ttl, err := l2.TTL(ctx); err != nil || ttl != 0 {
+		t.Fatalf("released lock TTL = %v, %v", ttl, err)
+	}
+
+	seen := replay(t, rec.exchanges())
+	expectSeen(t, seen, "redislock/obtain-v0.9", "redislock/release", "redislock/refresh", "redislock/pttl")
+	checkRealClientEntries(t, seen, "bsm/redislock")
+}
+
+// pyDriver exercises redis-py's Lock; it is our own code, driving the
+// library installed from Debian (python3-redis).
+const pyDriver = `
+import sys, redis
+from redis.exceptions import LockNotOwnedError
+r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]))
+a = r.lock("py-a", timeout=10)
+assert a.acquire(blocking=False)
+b = r.lock("py-a", timeout=10)
+assert not b.acquire(blocking=False)
+assert a.extend(5)
+assert a.extend(20, replace_ttl=True)
+assert a.reacquire()
+for op in (b.release, lambda: b.extend(1), b.reacquire):
+    b.local.token = b"intruder"  # release clears it before running the script
+    try:
+        op()
+        raise SystemExit("non-owner operation succeeded")
+    except LockNotOwnedError:
+        pass
+a.release()
+c = r.lock("py-c")
+assert c.acquire(blocking=False)
+c.timeout = 5
+try:
+    c.extend(1)
+    raise SystemExit("extended a lock without TTL")
+except LockNotOwnedError:
+    pass
+c.release()
+print("ok", redis.__version__)
+`
+
+func TestRealRedisPy(t *testing.T) {
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	if exec.Command(py, "-c", "import redis.lock").Run() != nil {
+		t.Skip("python3-redis not installed (make deps installs it)")
+	}
+	rec := newRecorder(t, startRedis(t))
+	_, port, _ := net.SplitHostPort(rec.addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, "-c", pyDriver, port).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-py driver: %v\n%s", err, out)
+	}
+	t.Logf("redis-py driver: %s", bytes.TrimSpace(out))
+	seen := replay(t, rec.exchanges())
+	expectSeen(t, seen, "redis-py/release", "redis-py/extend", "redis-py/reacquire")
+	checkRealClientEntries(t, seen, "redis-py")
+}
+
+// checkRealClientEntries holds the catalogue to its word: every entry of the
+// client marked RealClient must have been sent by the real library.
+func checkRealClientEntries(t *testing.T, seen map[string]bool, client string) {
+	t.Helper()
+	for _, s := range Catalogue() {
+		if s.Verified != RealClient {
+			continue
+		}
+		for _, c := range s.Clients {
+			if c.Name == client && !seen[s.ID] {
+				t.Errorf("%s is marked as verified by the real %s, which did not send it", s.ID, client)
+			}
+		}
+	}
 }
