@@ -110,6 +110,7 @@ type Client struct {
 	log    *zap.Logger
 	inbox  rdma.Inbox
 	holds  holdTable
+	rpoll  [64]pollShard
 	stats  Stats
 	closed atomic.Bool
 	bg     sync.WaitGroup // background completions of abandoned waits

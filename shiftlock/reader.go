@@ -48,32 +48,29 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		return g, nil
 	}
 	c.holds.add(i, -1, 1)
-	epoch := e.Epoch()
-	w := c.newWaiter(i, e.RelCnt(), e.Tail().Node)
-	cond := func(e Entry) bool { return e.Epoch() != epoch }
-	now, err := w.poll(ctx, cond)
-	w.stop()
-	if err != nil {
-		if errors.Is(err, errReset) {
-			c.holds.add(i, 0, -1)
-			return nil, errReset // the reset zeroed our RdrCnt increment
-		}
-		if ctx.Err() == nil || c.closed.Load() {
-			c.holds.add(i, 0, -1)
-			return nil, err
-		}
-		c.stats.Abandoned.Add(1)
+	rw := c.waitEpoch(i, e.Epoch(), e.RelCnt(), e.Tail().Node)
+	var res readResult
+	select {
+	case res = <-rw.res:
+	case <-ctx.Done():
 		if c.cfg.testEarlyReaderRelease {
+			// The broken variant: leave now. Our RdrCnt increment is undone
+			// and RelCnt counts a release, before our epoch came.
+			c.stats.Abandoned.Add(1)
+			go func() { <-rw.res }()
 			c.holds.add(i, 1, -1)
 			g.done = true
 			_ = c.releaseShared(ctx, g)
 			return nil, ctx.Err()
 		}
+		// We cannot leave before our epoch: finish in the background and
+		// release at once.
+		c.stats.Abandoned.Add(1)
 		c.bg.Add(1)
 		go func() {
 			defer c.bg.Done()
-			defer w.stop()
-			if _, err := w.poll(context.Background(), cond); err != nil {
+			res := <-rw.res
+			if res.err != nil {
 				c.holds.add(i, 0, -1)
 				return
 			}
@@ -85,8 +82,12 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		}()
 		return nil, ctx.Err()
 	}
+	if res.err != nil {
+		c.holds.add(i, 0, -1)
+		return nil, res.err // errReset: the reset zeroed our RdrCnt increment
+	}
 	c.holds.add(i, 1, -1)
-	g.token = now.RelCnt()
+	g.token = res.e.RelCnt()
 	c.stats.SharedGrants.Add(1)
 	return g, nil
 }

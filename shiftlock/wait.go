@@ -67,11 +67,11 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
 
 // observe tracks progress and spots a recovery.
 func (w *waiter) observe(e Entry) error {
-	if leaped(e.RelCnt(), w.base) {
-		return errReset
-	}
 	if r := e.RelCnt(); r != w.lastRel {
 		w.lastRel, w.lastMove = r, time.Now()
+	}
+	if leaped(e.RelCnt(), w.base) {
+		return errReset
 	}
 	return nil
 }

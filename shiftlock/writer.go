@@ -83,7 +83,16 @@ func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 		target := e.RelCnt() + e.Readers()
 		w := c.newWaiter(i, e.RelCnt(), 0)
 		finish := func(ctx context.Context) error {
-			if _, err := w.poll(ctx, func(e Entry) bool { return e.RelCnt() == target }); err != nil {
+			overshot := false
+			if _, err := w.poll(ctx, func(e Entry) bool {
+				if d := e.RelCnt() - target; d != 0 && !leaped(e.RelCnt(), target) && !overshot {
+					// Only a reader released twice, or one not counted, gets
+					// RelCnt past our target: an invariant is broken.
+					overshot = true
+					c.log.Error("RelCnt passed a writer's target", zap.Uint64("entry", i), zap.Uint64("target", target), zap.Stringer("entry_state", e))
+				}
+				return e.RelCnt() == target
+			}); err != nil {
 				return err
 			}
 			g.curRel = target
