@@ -159,7 +159,7 @@ const (
 	// real redis-server and checks the SHA1 and replies it observes.
 	RealClient Verification = iota + 1
 	// PublishedBody: the test suite reads the body from the client's
-	// published package on the machine (Go module cache), checks its SHA1
+	// published package (Go module cache, npm tarball), checks its SHA1
 	// and runs it on a real redis-server side by side with the executor;
 	// no test drives the client library itself.
 	PublishedBody
@@ -1079,7 +1079,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"go-redsync/redsync", "v4.0.0–v4.11.0"}},
 		SHA1:     "00583931c4e4d483f6233879c133c71ed5393f9d",
 		NormSHA1: "291e8c6bd642e1e50ba3b90238fb62ab2071837a",
-		Verified: PublishedBody, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: PublishedBody, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 	{
@@ -1087,7 +1087,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"go-redsync/redsync", "v4.12.0–v4.18.1"}},
 		SHA1:     "e950836ed1e694540c503ef9972b8de518044d3b",
 		NormSHA1: "7993caa3740134efbd5ac97c8695f767f80951db",
-		Verified: RealClient, Semantics: "release-tristate", Replies: "1 deleted | 0 held by another token | -1 missing",
+		Verified: RealClient, Semantics: "release-tristate", Replies: "1 deleted; 0 held by another token; -1 missing",
 		MinKeys: 1, MinArgs: 1, exec: execReleaseTristate,
 	},
 	{
@@ -1095,7 +1095,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"go-redsync/redsync", "v4.0.0–v4.18.1"}},
 		SHA1:     "d75bb8b5bd13532ddedd17762e772346e39b321e",
 		NormSHA1: "eab2bb9c2bd5ff466b3bf28d23e0a6be0b63e807",
-		Verified: RealClient, Semantics: "extend", Replies: "1 extended | 0 not held by token",
+		Verified: RealClient, Semantics: "extend", Replies: "1 extended; 0 not held by token",
 		MinKeys: 1, MinArgs: 2, exec: execExtend,
 	},
 	{
@@ -1103,7 +1103,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"go-redsync/redsync", "v4.12.0–v4.18.1 (WithSetNXOnExtend)"}},
 		SHA1:     "b6b55c439e02c6f52ffb8be7ec8c0d0ac816ea79",
 		NormSHA1: "093198007cadcfa2b840a96c0c99c7729de3bfa0",
-		Verified: RealClient, Semantics: "extend-or-acquire", Replies: "1 extended or acquired | 0 held by another token",
+		Verified: RealClient, Semantics: "extend-or-acquire", Replies: "1 extended or acquired; 0 held by another token",
 		MinKeys: 1, MinArgs: 2, exec: execExtendOrAcquire,
 	},
 
@@ -1116,7 +1116,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.8.0–v0.9.4"}, {"node-redlock", "v3.0.0–v3.1.2 (unlock)"}},
 		SHA1:     "cf0e94b2e9ffc7e04395cf88f7583fc309985910",
 		NormSHA1: "278b7fc39f087c6276c7b7c08962022c4fe73ba6",
-		Verified: RealClient, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: RealClient, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 	{
@@ -1124,7 +1124,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.8.0–v0.9.4"}, {"node-redlock", "v3.0.0–v3.1.2 (extend)"}},
 		SHA1:     "a7aba3bc5d6e99b3003da8b9d80a63b9f4092ecf",
 		NormSHA1: "43e9817a622cba86ea5a7b09b0c27646e33f4699",
-		Verified: RealClient, Semantics: "extend", Replies: "1 extended | 0 not held by token",
+		Verified: RealClient, Semantics: "extend", Replies: "1 extended; 0 not held by token",
 		MinKeys: 1, MinArgs: 2, exec: execExtend,
 	},
 	{
@@ -1132,7 +1132,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.8.0–v0.9.4"}},
 		SHA1:     "6484da7d58920897fdc22b7f9afd1a3d47524ea8",
 		NormSHA1: "2a7eeb58bfd3bfd5e34ac2be357d77d7a0039f6a",
-		Verified: RealClient, Semantics: "pttl-or-minus3", Replies: "PTTL in ms (-1 no TTL) | -3 not held by token",
+		Verified: RealClient, Semantics: "pttl-or-minus3", Replies: "PTTL in ms (-1 no TTL); -3 not held by token",
 		MinKeys: 1, MinArgs: 1, TTLReply: true, exec: execPTTLOrMinus3,
 	},
 	{
@@ -1140,7 +1140,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.9.4"}},
 		SHA1:     "80a1b5f2cfccec3b7119ba7721d2127682b691a7",
 		NormSHA1: "42dbf8a0109452946aab1cee671db213d843abc6",
-		Verified: RealClient, Semantics: "obtain-prefix", Replies: "OK (status) obtained or re-obtained | nil held by another token",
+		Verified: RealClient, Semantics: "obtain-prefix", Replies: "OK (status) obtained or re-obtained; nil held by another token",
 		MinKeys: 1, MinArgs: 3, exec: execObtainPrefix,
 	},
 
@@ -1151,7 +1151,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.10.0"}},
 		SHA1:     "eb0c00d98f6f33b4262419a509002884540f30be",
 		NormSHA1: "cc316b783714c963a08dee836e4e12e2943eb8e8",
-		Verified: PublishedBody, Semantics: "obtain-multi-prefix", Replies: "OK (status) obtained or re-obtained | nil some key held by another token",
+		Verified: PublishedBody, Semantics: "obtain-multi-prefix", Replies: "OK (status) obtained or re-obtained; nil some key held by another token",
 		MinKeys: 1, MinArgs: 3, exec: execObtainMulti,
 	},
 	{
@@ -1159,7 +1159,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.10.0"}},
 		SHA1:     "9470c810040e272ee6c579d8d4331aaf6332a7b1",
 		NormSHA1: "a21da2c9d6ef172c13365d68de8c6b3be57cd153",
-		Verified: PublishedBody, Semantics: "release-all", Replies: "OK (status) all deleted | nil some key not held by token (nothing deleted)",
+		Verified: PublishedBody, Semantics: "release-all", Replies: "OK (status) all deleted; nil some key not held by token (nothing deleted)",
 		MinKeys: 1, MinArgs: 1, exec: execReleaseAll,
 	},
 	{
@@ -1167,7 +1167,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.10.0"}},
 		SHA1:     "5a22d7e8431313862816d4416b5e46dd70fc340d",
 		NormSHA1: "47ab636bc3cfd74bcce2e1da3fbadeaf0780adf2",
-		Verified: PublishedBody, Semantics: "refresh-all", Replies: "OK (status) all extended | nil some key not held by token",
+		Verified: PublishedBody, Semantics: "refresh-all", Replies: "OK (status) all extended; nil some key not held by token",
 		MinKeys: 1, MinArgs: 2, exec: execRefreshAll,
 	},
 	{
@@ -1175,7 +1175,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"bsm/redislock", "v0.10.0"}},
 		SHA1:     "66e1084c2d842a7e8c271925aae90219fac4e129",
 		NormSHA1: "67b4f502051effbba4e88871c0d7a41d91e1509a",
-		Verified: PublishedBody, Semantics: "min-pttl-all", Replies: "smallest positive PTTL in ms, 0 if none | nil some key not held by token",
+		Verified: PublishedBody, Semantics: "min-pttl-all", Replies: "smallest positive PTTL in ms, 0 if none; nil some key not held by token",
 		MinKeys: 1, MinArgs: 1, TTLReply: true, exec: execMinPTTLAll,
 	},
 
@@ -1188,7 +1188,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redis-py", "2.10.0–8.1.0"}},
 		SHA1:     "c3f8721cbb97f72bc19e972846bd7aaf91901658",
 		NormSHA1: "8e70260bd12c5dab86e1cf83fd5955b048718fce",
-		Verified: RealClient, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: RealClient, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 	{
@@ -1196,7 +1196,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redis-py", "3.5.0–8.1.0"}},
 		SHA1:     "a4e8783852e6b949f9ef3a97212805108459a890",
 		NormSHA1: "e0e60b27f37c359e8ad4f24d0c6a71367274a7f2",
-		Verified: RealClient, Semantics: "py-extend", Replies: "1 extended | 0 not held by token, or held without TTL",
+		Verified: RealClient, Semantics: "py-extend", Replies: "1 extended; 0 not held by token, or held without TTL",
 		MinKeys: 1, MinArgs: 2, exec: execPyExtend,
 	},
 	{
@@ -1204,7 +1204,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redis-py", "2.10.0–3.4.1"}},
 		SHA1:     "4a484ac024e9b025224cd9f8e1d59dbf3c15d00d",
 		NormSHA1: "04836475b3378f3f78b20c6dbb3be27642366221",
-		Verified: SourceHash, Semantics: "py-extend-add", Replies: "1 extended | 0 not held by token, or held without TTL",
+		Verified: SourceHash, Semantics: "py-extend-add", Replies: "1 extended; 0 not held by token, or held without TTL",
 		MinKeys: 1, MinArgs: 2, exec: execPyExtendAdd,
 	},
 	{
@@ -1212,7 +1212,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redis-py", "3.1.0–8.1.0"}},
 		SHA1:     "1cac51482acf5858da00f6d685d68f886cd6b6b2",
 		NormSHA1: "f278027ae1d0b7be9acd85eeddcb9d61d0fb5f81",
-		Verified: RealClient, Semantics: "extend", Replies: "1 TTL reset | 0 not held by token",
+		Verified: RealClient, Semantics: "extend", Replies: "1 TTL reset; 0 not held by token",
 		MinKeys: 1, MinArgs: 2, exec: execExtend,
 	},
 	{
@@ -1220,7 +1220,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redis-py", "2.10.0–2.10.6 (LuaLock)"}},
 		SHA1:     "5688a2541c9edd77746bcd2385e65ff3639a664f",
 		NormSHA1: "fd5020658fa387ee853c7fcf52922886700a8b44",
-		Verified: SourceHash, Semantics: "py-acquire", Replies: "1 acquired | 0 held",
+		Verified: SourceHash, Semantics: "py-acquire", Replies: "1 acquired; 0 held",
 		MinKeys: 1, MinArgs: 2, exec: execPyAcquire,
 	},
 
@@ -1233,7 +1233,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v3.0.0–v3.1.2"}},
 		SHA1:     "862f31bf38e9b63ce28d6e9e5143551bb34ef981",
 		NormSHA1: "14d3bdded247160c6b86c7101b069fd841a18ace",
-		Verified: SourceHash, Semantics: "set-nx-px", Replies: "OK (status) acquired | nil held",
+		Verified: PublishedBody, Semantics: "set-nx-px", Replies: "OK (status) acquired; nil held",
 		MinKeys: 1, MinArgs: 2, exec: execSetNXPX,
 	},
 	{
@@ -1241,7 +1241,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.0.0"}},
 		SHA1:     "d01fb69e6ecc8bad3ca9bacba9f4f9e96862313f",
 		NormSHA1: "5bc16a755c30caf54d7fd7bde02e9b34632e9846",
-		Verified: SourceHash, Semantics: "acquire-all", Replies: "#KEYS acquired | 0 some key exists",
+		Verified: PublishedBody, Semantics: "acquire-all", Replies: "#KEYS acquired; 0 some key exists",
 		exec: execAcquireAll,
 	},
 	{
@@ -1249,7 +1249,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.1.0–v4.2.0"}},
 		SHA1:     "e5a322e2634ef59a516e8ea150cb085afafee684",
 		NormSHA1: "edd4ddecf1460b13c093d7cb4fd999c17d3d76d8",
-		Verified: SourceHash, Semantics: "acquire-all", Replies: "#KEYS acquired | 0 some key exists",
+		Verified: PublishedBody, Semantics: "acquire-all", Replies: "#KEYS acquired; 0 some key exists",
 		exec: execAcquireAll,
 	},
 	{
@@ -1257,7 +1257,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v5.0.0-alpha.0–v5.0.0-beta.2"}},
 		SHA1:     "96da70f7716f27d278a5218544df37fd8b0a5e4c",
 		NormSHA1: "edd4ddecf1460b13c093d7cb4fd999c17d3d76d8",
-		Verified: SourceHash, Semantics: "acquire-all", Replies: "#KEYS acquired | 0 some key exists",
+		Verified: PublishedBody, Semantics: "acquire-all", Replies: "#KEYS acquired; 0 some key exists",
 		exec: execAcquireAll,
 	},
 	{
@@ -1265,7 +1265,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.0.0"}},
 		SHA1:     "acaf90b4697bb48bb5f603e9e613a54df7536c70",
 		NormSHA1: "be1fdf0fd785e3494203f029dcb1825e7d1bec67",
-		Verified: SourceHash, Semantics: "extend-all", Replies: "#KEYS extended | 0 some key not held by token",
+		Verified: PublishedBody, Semantics: "extend-all", Replies: "#KEYS extended; 0 some key not held by token",
 		exec: execExtendAll,
 	},
 	{
@@ -1273,7 +1273,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.1.0"}},
 		SHA1:     "1d48b4c6fea2cdadc46b3346de5c2eaf121c7bb3",
 		NormSHA1: "ad59565c53ba1d8128343d84e98a5aaca5739479",
-		Verified: SourceHash, Semantics: "extend-all", Replies: "#KEYS extended | 0 some key not held by token",
+		Verified: PublishedBody, Semantics: "extend-all", Replies: "#KEYS extended; 0 some key not held by token",
 		exec: execExtendAll,
 	},
 	{
@@ -1281,7 +1281,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.2.0"}},
 		SHA1:     "ce46f80993d5dac20dd066eb301a4e37994bdbed",
 		NormSHA1: "ad59565c53ba1d8128343d84e98a5aaca5739479",
-		Verified: SourceHash, Semantics: "extend-all", Replies: "#KEYS extended | 0 some key not held by token",
+		Verified: PublishedBody, Semantics: "extend-all", Replies: "#KEYS extended; 0 some key not held by token",
 		exec: execExtendAll,
 	},
 	{
@@ -1289,7 +1289,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v5.0.0-alpha.0–v5.0.0-beta.2"}},
 		SHA1:     "aed6f382e410db8ba7926d4e5e9aab410bf2a78a",
 		NormSHA1: "ad59565c53ba1d8128343d84e98a5aaca5739479",
-		Verified: SourceHash, Semantics: "extend-all", Replies: "#KEYS extended | 0 some key not held by token",
+		Verified: PublishedBody, Semantics: "extend-all", Replies: "#KEYS extended; 0 some key not held by token",
 		exec: execExtendAll,
 	},
 	{
@@ -1297,7 +1297,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.0.0–v4.1.0"}},
 		SHA1:     "517e7ed95f00c0c4a209c6a7afcc6ab797d30b85",
 		NormSHA1: "872463717b9d8763339c3b80e81ba68c1dbb28c2",
-		Verified: SourceHash, Semantics: "release-each", Replies: "number of keys deleted",
+		Verified: PublishedBody, Semantics: "release-each", Replies: "number of keys deleted",
 		exec: execReleaseEach,
 	},
 	{
@@ -1305,7 +1305,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v4.2.0"}},
 		SHA1:     "0f0f23b9048b36752b5be114f357ba083449f908",
 		NormSHA1: "872463717b9d8763339c3b80e81ba68c1dbb28c2",
-		Verified: SourceHash, Semantics: "release-each", Replies: "number of keys deleted",
+		Verified: PublishedBody, Semantics: "release-each", Replies: "number of keys deleted",
 		exec: execReleaseEach,
 	},
 	{
@@ -1313,7 +1313,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"node-redlock", "v5.0.0-alpha.0–v5.0.0-beta.2"}},
 		SHA1:     "e4612211c9f8f51c257e26e056b0a654b3187242",
 		NormSHA1: "872463717b9d8763339c3b80e81ba68c1dbb28c2",
-		Verified: SourceHash, Semantics: "release-each", Replies: "number of keys deleted",
+		Verified: PublishedBody, Semantics: "release-each", Replies: "number of keys deleted",
 		exec: execReleaseEach,
 	},
 
@@ -1325,7 +1325,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redlock-rb", "1.2.2–2.0.6"}},
 		SHA1:     "ceb2b2062e40c51a2b3963fd078bc71f11bdc65c",
 		NormSHA1: "c9855e949e327b829040c8120125d1111549b60f",
-		Verified: SourceHash, Semantics: "redlock-rb-lock", Replies: "OK (status) locked or extended | nil otherwise",
+		Verified: SourceHash, Semantics: "redlock-rb-lock", Replies: "OK (status) locked or extended; nil otherwise",
 		MinKeys: 1, MinArgs: 2, exec: execRedlockRbLock,
 	},
 	{
@@ -1333,7 +1333,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redlock-rb", "0.2.0–1.2.1"}},
 		SHA1:     "a90bf4be8a6e440e3cc24540eb2f9ff1e16fbcc3",
 		NormSHA1: "c9855e949e327b829040c8120125d1111549b60f",
-		Verified: SourceHash, Semantics: "redlock-rb-lock", Replies: "OK (status) locked or extended | nil otherwise",
+		Verified: SourceHash, Semantics: "redlock-rb-lock", Replies: "OK (status) locked or extended; nil otherwise",
 		MinKeys: 1, MinArgs: 2, exec: execRedlockRbLock,
 	},
 	{
@@ -1341,7 +1341,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redlock-rb", "1.2.2–2.0.6, 0.0.1–0.0.3"}},
 		SHA1:     "8e4905cee18e7c3188d10f2b8b170e403baed34f",
 		NormSHA1: "278b7fc39f087c6276c7b7c08962022c4fe73ba6",
-		Verified: SourceHash, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: SourceHash, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 	{
@@ -1349,7 +1349,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"redlock-rb", "0.0.4–1.2.1"}},
 		SHA1:     "963db4d9f0ccfdb859098be0b29f8b41dc02ed97",
 		NormSHA1: "278b7fc39f087c6276c7b7c08962022c4fe73ba6",
-		Verified: SourceHash, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: SourceHash, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 	{
@@ -1375,7 +1375,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"pottery", "v1.0.5–v3.0.1"}},
 		SHA1:     "f5f7bd3a3aa4a63c507c1155c5ea1219b350d992",
 		NormSHA1: "db8be0bce163fc8e866508abf6c3ecfafb858243",
-		Verified: SourceHash, Semantics: "pttl-or-zero", Replies: "PTTL in ms if held by token and positive | 0",
+		Verified: SourceHash, Semantics: "pttl-or-zero", Replies: "PTTL in ms if held by token and positive; 0",
 		MinKeys: 1, MinArgs: 1, TTLReply: true, exec: execPTTLOrZero,
 	},
 	{
@@ -1383,7 +1383,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"pottery", "v1.0.5–v3.0.1"}},
 		SHA1:     "ba015a80261b616e7a62d35df0b8e3edbe6c9414",
 		NormSHA1: "b6a7f39231070c58204ed334faf17d0771a644b5",
-		Verified: SourceHash, Semantics: "extend", Replies: "1 extended | 0 not held by token",
+		Verified: SourceHash, Semantics: "extend", Replies: "1 extended; 0 not held by token",
 		MinKeys: 1, MinArgs: 2, exec: execExtend,
 	},
 	{
@@ -1391,7 +1391,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"pottery", "v1.0.5–v3.0.1"}},
 		SHA1:     "a4aada0b36710970eedaaaeec4a6b7d8c78c4f80",
 		NormSHA1: "ccfaa2106fdcf998df5cf31df79ab22b3e652ac4",
-		Verified: SourceHash, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: SourceHash, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 	{
@@ -1399,7 +1399,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"pottery", "v1.0.0–v1.0.4"}},
 		SHA1:     "f458acd98fe495b8e4ff97c0f53f745f2c4aa252",
 		NormSHA1: "db8be0bce163fc8e866508abf6c3ecfafb858243",
-		Verified: SourceHash, Semantics: "pttl-or-zero", Replies: "PTTL in ms if held by token and positive | 0",
+		Verified: SourceHash, Semantics: "pttl-or-zero", Replies: "PTTL in ms if held by token and positive; 0",
 		MinKeys: 1, MinArgs: 1, TTLReply: true, exec: execPTTLOrZero,
 	},
 	{
@@ -1407,7 +1407,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"pottery", "v1.0.0–v1.0.4"}},
 		SHA1:     "307044d49c8f033fbb885e9e0f1b7fe9e0e60675",
 		NormSHA1: "b6a7f39231070c58204ed334faf17d0771a644b5",
-		Verified: SourceHash, Semantics: "extend", Replies: "1 extended | 0 not held by token",
+		Verified: SourceHash, Semantics: "extend", Replies: "1 extended; 0 not held by token",
 		MinKeys: 1, MinArgs: 2, exec: execExtend,
 	},
 	{
@@ -1415,7 +1415,7 @@ var catalogue = []*Script{
 		Clients:  []Client{{"pottery", "v1.0.0–v1.0.4"}},
 		SHA1:     "d141b64a0a43e66a8576edaea6123638c0d74b31",
 		NormSHA1: "ccfaa2106fdcf998df5cf31df79ab22b3e652ac4",
-		Verified: SourceHash, Semantics: "release", Replies: "1 deleted | 0 not held by token",
+		Verified: SourceHash, Semantics: "release", Replies: "1 deleted; 0 not held by token",
 		MinKeys: 1, MinArgs: 1, exec: execRelease,
 	},
 }

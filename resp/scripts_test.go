@@ -1,8 +1,10 @@
 package resp
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -1467,7 +1469,7 @@ func publishedBodies(t *testing.T) (map[string]string, bool) {
 	}
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	for _, src := range goSources {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, gobin, "mod", "download", "-json", src.mod)
 		cmd.Dir = t.TempDir() // outside the main module: go.mod and go.sum stay untouched
 		cmd.Env = append(os.Environ(), "GOFLAGS=")
@@ -1498,6 +1500,11 @@ func publishedBodies(t *testing.T) (map[string]string, bool) {
 			}
 		}
 	}
+	jsBodies, ok := npmBodies(t)
+	for _, b := range jsBodies {
+		add(b)
+	}
+	complete = complete && ok
 	py := "/usr/bin/python3"
 	out, err := exec.Command(py, "-c", "import json, redis.lock as l; "+
 		"print(json.dumps([getattr(l.Lock, n) for n in dir(l.Lock) if n.startswith('LUA_')]))").Output()
@@ -1546,4 +1553,90 @@ func newScriptLiterals(t *testing.T, name string, src []byte) []string {
 		return true
 	})
 	return out
+}
+
+// jsScriptConst matches a script constant in node-redlock's published
+// JavaScript: a template literal or a quoted string without escapes.
+var jsScriptConst = regexp.MustCompile("(?:const|var|let)\\s+\\w*(?:Script|SCRIPT)\\s*=\\s*(`[^`]*`|'[^'\\\\\\n]*'|\"[^\"\\\\\\n]*\")\\s*;")
+
+// npmBodies fetches node-redlock's published tarballs with npm and returns
+// the script bodies in them, evaluated as JavaScript evaluates the literals
+// (template literals here have no substitutions or escapes; their line
+// endings are normalised to LF, as JavaScript does). It reports whether
+// every version could be fetched.
+func npmBodies(t *testing.T) ([]string, bool) {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Log("npm not installed: node-redlock bodies are not checked on redis-server")
+		return nil, false
+	}
+	var bodies []string
+	for _, v := range []string{"3.1.2", "4.0.0", "4.1.0", "4.2.0", "5.0.0-beta.2"} {
+		dir := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		cmd := exec.CommandContext(ctx, npm, "pack", "redlock@"+v, "--silent", "--pack-destination", dir)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		cancel()
+		tgz, _ := filepath.Glob(filepath.Join(dir, "*.tgz"))
+		if err != nil || len(tgz) != 1 {
+			// Most likely no registry: do not wait for it once per version.
+			t.Logf("npm pack redlock@%s failed (%v): %s", v, err, bytes.TrimSpace(out))
+			return bodies, false
+		}
+		n := 0
+		for name, src := range readTarball(t, tgz[0]) {
+			if name != "package/redlock.js" && name != "package/dist/cjs/index.js" {
+				continue
+			}
+			for _, m := range jsScriptConst.FindAllStringSubmatch(src, -1) {
+				lit := m[1]
+				body := lit[1 : len(lit)-1]
+				if lit[0] == '`' {
+					if strings.Contains(body, "${") || strings.Contains(body, "\\") {
+						t.Fatalf("redlock@%s: template literal needs a JavaScript evaluator", v)
+					}
+					body = strings.ReplaceAll(strings.ReplaceAll(body, "\r\n", "\n"), "\r", "\n")
+				}
+				bodies = append(bodies, body)
+				n++
+			}
+		}
+		if n != 3 {
+			t.Fatalf("redlock@%s: found %d scripts, want 3", v, n)
+		}
+	}
+	return bodies, true
+}
+
+func readTarball(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(h.Name, ".js") {
+			data, err := io.ReadAll(io.LimitReader(tr, 1<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = string(data)
+		}
+	}
 }
