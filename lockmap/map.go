@@ -1,0 +1,586 @@
+// Package lockmap is the proxy's lock table: it maps Redis keys to ShiftLock
+// entries on memory nodes and keeps, per key, who holds it through this proxy
+// (token, mode, fencing token, TTL deadline). It expires TTLs by releasing on
+// the holder's behalf, as a Redis key would expire.
+package lockmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// Domain is one memory node as the map sees it: the ShiftLock client joined
+// to it and the lease that covers grants made there.
+type Domain struct {
+	Name   string
+	Client *shiftlock.Client
+	Lease  *Lease // nil: no liveness checks (tests)
+}
+
+// Config configures a Map.
+type Config struct {
+	Logger *zap.Logger
+	// OnAcquire, if set, is told about every acquire attempt: its mode, how
+	// long it took, whether it had to queue, and whether it succeeded.
+	OnAcquire func(m shiftlock.Mode, took time.Duration, queued, ok bool)
+	// OnExpire, if set, is told about every TTL expiry.
+	OnExpire func(key string)
+}
+
+// Map is the lock table of one proxy. It is safe for concurrent use.
+type Map struct {
+	doms    []*Domain
+	entries []uint64
+	cfg     Config
+	log     *zap.Logger
+	shards  [256]shard
+	exp     *expirer
+
+	// excl counts this proxy's exclusive grants per entry, to tell "held by
+	// another key of ours on the same entry" from "held elsewhere".
+	exclMu sync.Mutex
+	excl   map[entryKey]int
+}
+
+type entryKey struct {
+	dom   *Domain
+	entry uint64
+}
+
+type shard struct {
+	mu   sync.Mutex
+	keys map[string][]*hold // exclusive: one hold; shared: one per token
+}
+
+// hold is one key held by one token.
+type hold struct {
+	key      string
+	token    string
+	mode     shiftlock.Mode
+	fence    uint64
+	deadline time.Time // zero: no TTL
+	ttl      time.Duration
+	g        *grant
+	dead     bool // released or expired; the expirer skips it
+}
+
+// grant is one ShiftLock grant. Keys of one multi-key acquire that land on
+// the same entry share it; it is released when the last of them is.
+type grant struct {
+	dom   *Domain
+	entry uint64
+	mode  shiftlock.Mode
+	g     shiftlock.Grant
+	refs  int // guarded by grantMu
+}
+
+var grantMu sync.Mutex
+
+// New returns a Map over domains, in the order that Locate uses.
+func New(doms []*Domain, cfg Config) *Map {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	m := &Map{doms: doms, cfg: cfg, log: cfg.Logger, excl: map[entryKey]int{}}
+	for _, d := range doms {
+		m.entries = append(m.entries, d.Client.Entries())
+	}
+	for i := range m.shards {
+		m.shards[i].keys = map[string][]*hold{}
+	}
+	m.exp = newExpirer(m.expire)
+	return m
+}
+
+// Close stops TTL expiry. It does not release held locks.
+func (m *Map) Close() { m.exp.stop() }
+
+// Domains are the memory nodes, in Locate order.
+func (m *Map) Domains() []*Domain { return m.doms }
+
+func (m *Map) shard(key string) *shard { return &m.shards[xxhash.Sum64String(key)%256] }
+
+// Where returns the memory node and entry of key.
+func (m *Map) Where(key string) (*Domain, uint64) {
+	d, e := Locate(key, m.entries)
+	return m.doms[d], e
+}
+
+// Errors from Map operations.
+var (
+	ErrHeldByToken = errors.New("lockmap: key is already held by this token")
+	ErrBadTTL      = errors.New("lockmap: TTL must be positive")
+)
+
+// AcquireOptions describe one acquire.
+type AcquireOptions struct {
+	Mode shiftlock.Mode
+	// TTL after which the proxy releases on the holder's behalf; 0 = none.
+	TTL time.Duration
+	// Wait is how long to queue if a key is held; 0 = try once.
+	Wait time.Duration
+	// Reentrant: a key already held exclusively by the same token counts as
+	// acquired, and its TTL is reset (bsm/redislock and redis-py semantics).
+	Reentrant bool
+}
+
+// Acquire takes every key for token, all or nothing, in a global order
+// (memory node, entry) so that multi-key acquires cannot deadlock. It returns
+// the fencing tokens (one per key, in the order given), or ok=false if some
+// key stayed held for the whole wait budget.
+func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt AcquireOptions) (fences []uint64, ok bool, err error) {
+	if opt.Mode == 0 {
+		opt.Mode = shiftlock.Exclusive
+	}
+	if opt.TTL < 0 {
+		return nil, false, ErrBadTTL
+	}
+	start := time.Now()
+	queued := false
+	defer func() {
+		if m.cfg.OnAcquire != nil {
+			m.cfg.OnAcquire(opt.Mode, time.Since(start), queued, ok)
+		}
+	}()
+
+	type want struct {
+		key   string
+		dom   *Domain
+		di    int
+		entry uint64
+		pos   int
+	}
+	wants := make([]want, 0, len(keys))
+	seen := map[string]bool{}
+	for i, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		di, e := Locate(k, m.entries)
+		wants = append(wants, want{key: k, dom: m.doms[di], di: di, entry: e, pos: i})
+	}
+	sort.Slice(wants, func(a, b int) bool {
+		if wants[a].di != wants[b].di {
+			return wants[a].di < wants[b].di
+		}
+		return wants[a].entry < wants[b].entry
+	})
+
+	// Reentrant refresh of keys this token already holds, and duplicate
+	// checks, before touching any lock.
+	fresh := wants[:0:0]
+	refresh := []*hold{}
+	for _, w := range wants {
+		if h := m.find(w.key, token); h != nil {
+			if opt.Reentrant && h.mode == shiftlock.Exclusive && opt.Mode == shiftlock.Exclusive {
+				refresh = append(refresh, h)
+				continue
+			}
+			if opt.Mode == shiftlock.Exclusive {
+				return nil, false, nil // Redis SET NX on an existing key: not set
+			}
+			return nil, false, fmt.Errorf("%w: %q", ErrHeldByToken, w.key)
+		}
+		fresh = append(fresh, w)
+	}
+
+	var deadline time.Time
+	if opt.Wait > 0 {
+		deadline = start.Add(opt.Wait)
+	}
+	var got []*grant
+	undo := func() {
+		for _, g := range got {
+			m.releaseGrant(g)
+		}
+	}
+	byEntry := map[[2]uint64]*grant{}
+	for _, w := range fresh {
+		k := [2]uint64{uint64(w.di), w.entry}
+		if byEntry[k] != nil {
+			continue
+		}
+		g, waited, err := m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline)
+		queued = queued || waited
+		if err != nil || g == nil {
+			undo()
+			return nil, false, err
+		}
+		gr := &grant{dom: w.dom, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
+		m.countExcl(gr, 1)
+		got = append(got, gr)
+		byEntry[k] = gr
+	}
+
+	now := time.Now()
+	var end time.Time
+	if opt.TTL > 0 {
+		end = now.Add(opt.TTL)
+	}
+	// Every memory node we hold on must have our lease cover the deadline.
+	covered := map[*Domain]bool{}
+	for _, gr := range got {
+		if covered[gr.dom] || gr.dom.Lease == nil {
+			continue
+		}
+		covered[gr.dom] = true
+		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
+			undo()
+			return nil, false, err
+		}
+	}
+	for _, h := range refresh {
+		d, _ := m.Where(h.key)
+		if d.Lease != nil {
+			if err := d.Lease.Cover(ctx, end, opt.TTL); err != nil {
+				undo()
+				return nil, false, err
+			}
+		}
+	}
+
+	fences = make([]uint64, len(keys))
+	for _, h := range refresh {
+		m.setDeadline(h, end, opt.TTL)
+		for i, k := range keys {
+			if k == h.key {
+				fences[i] = h.fence
+			}
+		}
+	}
+	// Each grant was created with one reference (dropped by undo on failure);
+	// from here on, every key holding it owns one.
+	grantMu.Lock()
+	for _, w := range fresh {
+		byEntry[[2]uint64{uint64(w.di), w.entry}].refs++
+	}
+	for _, gr := range got {
+		gr.refs--
+	}
+	grantMu.Unlock()
+	for _, w := range fresh {
+		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
+		h := &hold{key: w.key, token: token, mode: opt.Mode, fence: gr.g.Token(), deadline: end, ttl: opt.TTL, g: gr}
+		s := m.shard(w.key)
+		s.mu.Lock()
+		s.keys[w.key] = append(s.keys[w.key], h)
+		s.mu.Unlock()
+		if !end.IsZero() {
+			m.exp.add(h, end)
+		}
+		for i, k := range keys {
+			if k == w.key {
+				fences[i] = h.fence
+			}
+		}
+	}
+	return fences, true, nil
+}
+
+// lockEntry takes one entry, waiting until deadline (zero: try once). A nil
+// grant with nil error means "held for the whole budget".
+func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time) (shiftlock.Grant, bool, error) {
+	if d.Lease != nil {
+		if err := d.Lease.Valid(); err != nil {
+			return nil, false, err
+		}
+	}
+	c := d.Client
+	var g *shiftlock.Guard
+	var ok bool
+	var err error
+	if mode == shiftlock.Shared {
+		g, ok, err = c.TryShared(ctx, entry)
+	} else {
+		g, ok, err = c.TryExclusive(ctx, entry)
+	}
+	if err != nil || ok || deadline.IsZero() {
+		if !ok {
+			g = nil
+		}
+		return nilIfNil(g), false, err
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if mode == shiftlock.Shared {
+		g, err = c.AcquireShared(wctx, entry)
+	} else {
+		g, err = c.AcquireExclusive(wctx, entry)
+	}
+	if err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return nil, true, nil // budget spent: "not acquired", not an error
+		}
+		return nil, true, err
+	}
+	return g, true, nil
+}
+
+// nilIfNil keeps a typed nil *Guard from becoming a non-nil interface.
+func nilIfNil(g *shiftlock.Guard) shiftlock.Grant {
+	if g == nil {
+		return nil
+	}
+	return g
+}
+
+func (m *Map) find(key, token string) *hold {
+	s := m.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.keys[key] {
+		if h.token == token {
+			return h
+		}
+	}
+	return nil
+}
+
+func (m *Map) setDeadline(h *hold, end time.Time, ttl time.Duration) {
+	s := m.shard(h.key)
+	s.mu.Lock()
+	if h.dead {
+		s.mu.Unlock()
+		return
+	}
+	h.deadline, h.ttl = end, ttl
+	s.mu.Unlock()
+	if !end.IsZero() {
+		m.exp.add(h, end)
+	}
+}
+
+// remove unlinks holds of key that match (token "" matches every token) and
+// returns them; the caller releases their grants outside the shard lock.
+func (m *Map) remove(key string, match func(*hold) bool) []*hold {
+	s := m.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out, kept []*hold
+	for _, h := range s.keys[key] {
+		if match(h) {
+			h.dead = true
+			out = append(out, h)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	if len(kept) == 0 {
+		delete(s.keys, key)
+	} else {
+		s.keys[key] = kept
+	}
+	return out
+}
+
+func (m *Map) releaseGrant(g *grant) {
+	grantMu.Lock()
+	g.refs--
+	last := g.refs <= 0
+	grantMu.Unlock()
+	if !last {
+		return
+	}
+	m.countExcl(g, -1)
+	if err := g.g.Release(context.Background()); err != nil {
+		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
+	}
+}
+
+func (m *Map) releaseHolds(hs []*hold) {
+	for _, h := range hs {
+		m.releaseGrant(h.g)
+	}
+}
+
+// Release releases key if token holds it, and reports whether it did.
+func (m *Map) Release(key, token string) bool {
+	hs := m.remove(key, func(h *hold) bool { return h.token == token })
+	m.releaseHolds(hs)
+	return len(hs) > 0
+}
+
+// Delete releases key whoever holds it through this proxy (Redis DEL). It
+// reports how many holds it released.
+func (m *Map) Delete(key string) int {
+	hs := m.remove(key, func(*hold) bool { return true })
+	m.releaseHolds(hs)
+	return len(hs)
+}
+
+// Extend sets the TTL of key's hold by token (every holder if token is "").
+// A non-positive TTL deletes, as PEXPIRE does in Redis.
+func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if ttl <= 0 {
+		if token == "" {
+			return m.Delete(key) > 0, nil
+		}
+		return m.Release(key, token), nil
+	}
+	s := m.shard(key)
+	s.mu.Lock()
+	var hs []*hold
+	for _, h := range s.keys[key] {
+		if token == "" || h.token == token {
+			hs = append(hs, h)
+		}
+	}
+	s.mu.Unlock()
+	if len(hs) == 0 {
+		return false, nil
+	}
+	end := time.Now().Add(ttl)
+	d, _ := m.Where(key)
+	if d.Lease != nil {
+		if err := d.Lease.Cover(ctx, end, ttl); err != nil {
+			return false, err
+		}
+	}
+	for _, h := range hs {
+		m.setDeadline(h, end, ttl)
+	}
+	return true, nil
+}
+
+// Persist removes key's TTL (Redis PERSIST).
+func (m *Map) Persist(key string) bool {
+	s := m.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, h := range s.keys[key] {
+		if !h.deadline.IsZero() {
+			h.deadline, h.ttl = time.Time{}, 0
+			n++
+		}
+	}
+	return n > 0
+}
+
+// State says where a key is held.
+type State uint8
+
+const (
+	Free State = iota
+	HeldHere
+	// HeldElsewhere: the key's entry is held or queued on, and not by a
+	// hold of this proxy that explains it: through another proxy, or by
+	// another key that shares the entry.
+	HeldElsewhere
+)
+
+func (s State) String() string {
+	return [...]string{"free", "held", "held-elsewhere"}[s]
+}
+
+// Holder describes one hold of a key through this proxy.
+type Holder struct {
+	Token string
+	Mode  shiftlock.Mode
+	Fence uint64
+	TTL   time.Duration // remaining; 0 = no TTL
+}
+
+// Info is what the proxy knows about a key.
+type Info struct {
+	Key     string
+	State   State
+	Holders []Holder
+	Domain  string
+	Entry   uint64
+	Lock    shiftlock.Entry // the entry as read now (only read when not held here)
+	Lost    error           // the lease covering this key's memory node is gone
+}
+
+// Lookup reports key's holders here, and reads the entry when there are
+// none, so that a key held through another proxy is not reported free.
+func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
+	d, e := m.Where(key)
+	info := Info{Key: key, Domain: d.Name, Entry: e}
+	if d.Lease != nil {
+		info.Lost = d.Lease.Valid()
+	}
+	now := time.Now()
+	s := m.shard(key)
+	s.mu.Lock()
+	for _, h := range s.keys[key] {
+		var ttl time.Duration
+		if !h.deadline.IsZero() {
+			if ttl = h.deadline.Sub(now); ttl < time.Millisecond {
+				ttl = time.Millisecond // expiring now; Redis would still show it
+			}
+		}
+		info.Holders = append(info.Holders, Holder{Token: h.token, Mode: h.mode, Fence: h.fence, TTL: ttl})
+	}
+	s.mu.Unlock()
+	if len(info.Holders) > 0 {
+		info.State = HeldHere
+		return info, nil
+	}
+	if m.heldExclusivelyHere(d, e) {
+		return info, nil // another key of ours owns the entry: this one is free
+	}
+	ent, err := d.Client.Read(ctx, e)
+	if err != nil {
+		return info, err
+	}
+	info.Lock = ent
+	if !ent.Free() {
+		info.State = HeldElsewhere
+	}
+	return info, nil
+}
+
+func (m *Map) countExcl(g *grant, d int) {
+	if g.mode != shiftlock.Exclusive {
+		return
+	}
+	k := entryKey{g.dom, g.entry}
+	m.exclMu.Lock()
+	if m.excl[k] += d; m.excl[k] <= 0 {
+		delete(m.excl, k)
+	}
+	m.exclMu.Unlock()
+}
+
+// heldExclusivelyHere reports whether some key of this proxy holds entry e of
+// d exclusively; then nobody else can hold any key on it.
+func (m *Map) heldExclusivelyHere(d *Domain, e uint64) bool {
+	m.exclMu.Lock()
+	defer m.exclMu.Unlock()
+	return m.excl[entryKey{d, e}] > 0
+}
+
+// expire is the expirer's callback: release h if its deadline still stands.
+func (m *Map) expire(h *hold, at time.Time) {
+	hs := m.remove(h.key, func(x *hold) bool { return x == h && !x.deadline.IsZero() && !x.deadline.After(at) })
+	if len(hs) == 0 {
+		return
+	}
+	m.releaseHolds(hs)
+	if m.cfg.OnExpire != nil {
+		m.cfg.OnExpire(h.key)
+	}
+}
+
+// Count is the number of keys held through this proxy.
+func (m *Map) Count() int {
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += len(s.keys)
+		s.mu.Unlock()
+	}
+	return n
+}

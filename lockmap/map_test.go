@@ -1,0 +1,296 @@
+package lockmap_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// twoProxies returns two maps, as two proxies would have, on one memory node.
+func twoProxies(t *testing.T, entries uint64) (*lockmap.Map, *lockmap.Map) {
+	t.Helper()
+	host := memnode.New(memnode.Config{Entries: entries, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: time.Second})
+	t.Cleanup(host.Close)
+	fab := memfab.New(host)
+	mk := func(name string) *lockmap.Map {
+		ep, err := fab.Join(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease := lockmap.NewLease(ep)
+		t.Cleanup(lease.Stop)
+		m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, lockmap.Config{})
+		t.Cleanup(m.Close)
+		return m
+	}
+	return mk("p1"), mk("p2")
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func excl(ttl, wait time.Duration) lockmap.AcquireOptions {
+	return lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Wait: wait}
+}
+
+func TestAcquireReleaseAndStates(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	f, ok, err := a.Acquire(c, []string{"k"}, "tok1", excl(time.Minute, 0))
+	if err != nil || !ok || len(f) != 1 {
+		t.Fatalf("acquire: %v %v %v", f, ok, err)
+	}
+	if _, ok, _ := a.Acquire(c, []string{"k"}, "tok2", excl(time.Minute, 0)); ok {
+		t.Fatal("second token got a held key")
+	}
+	if _, ok, _ := a.Acquire(c, []string{"k"}, "tok1", excl(time.Minute, 0)); ok {
+		t.Fatal("SET NX by the same token must not succeed without reentrancy")
+	}
+	if _, ok, _ := b.Acquire(c, []string{"k"}, "tok3", excl(time.Minute, 0)); ok {
+		t.Fatal("other proxy got a held key")
+	}
+	in, _ := a.Lookup(c, "k")
+	if in.State != lockmap.HeldHere || in.Holders[0].Token != "tok1" || in.Holders[0].Fence != f[0] {
+		t.Fatalf("lookup here: %+v", in)
+	}
+	if in.Holders[0].TTL <= 59*time.Second || in.Holders[0].TTL > time.Minute {
+		t.Fatalf("ttl %v", in.Holders[0].TTL)
+	}
+	elsewhere, _ := b.Lookup(c, "k")
+	if elsewhere.State != lockmap.HeldElsewhere {
+		t.Fatalf("other proxy must not call a held key free: %+v", elsewhere)
+	}
+	if free, _ := b.Lookup(c, "other"); free.State != lockmap.Free {
+		t.Fatalf("free key: %+v", free)
+	}
+	if b.Release("k", "tok1") {
+		t.Fatal("released through a proxy that does not hold it")
+	}
+	if a.Release("k", "wrong") {
+		t.Fatal("released with the wrong token")
+	}
+	if !a.Release("k", "tok1") {
+		t.Fatal("release failed")
+	}
+	f2, ok, _ := b.Acquire(c, []string{"k"}, "tok3", excl(time.Minute, 0))
+	if !ok || f2[0] <= f[0] {
+		t.Fatalf("reacquire via other proxy: ok=%v fence %d after %d", ok, f2, f)
+	}
+}
+
+func TestWaitGetsHandover(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	if _, ok, _ := a.Acquire(c, []string{"hot"}, "first", excl(time.Minute, 0)); !ok {
+		t.Fatal("acquire")
+	}
+	type res struct {
+		ok  bool
+		err error
+		at  time.Time
+	}
+	done := make(chan res)
+	go func() {
+		_, ok, err := b.Acquire(c, []string{"hot"}, "second", excl(time.Minute, 5*time.Second))
+		done <- res{ok, err, time.Now()}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	released := time.Now()
+	a.Release("hot", "first")
+	r := <-done
+	if !r.ok || r.err != nil || r.at.Before(released) {
+		t.Fatalf("queued acquire: %+v", r)
+	}
+	// A budget that runs out answers "not acquired", and the queued waiter
+	// it leaves behind must not keep the lock.
+	_, ok, err := a.Acquire(c, []string{"hot"}, "third", excl(time.Minute, 30*time.Millisecond))
+	if ok || err != nil {
+		t.Fatalf("budget exhausted: ok=%v err=%v", ok, err)
+	}
+	b.Release("hot", "second")
+	if _, ok, _ := a.Acquire(c, []string{"hot"}, "fourth", excl(time.Minute, time.Second)); !ok {
+		t.Fatal("lock stuck after an abandoned wait")
+	}
+}
+
+func TestTTLExpiryReleasesAndHandsOver(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	if _, ok, _ := a.Acquire(c, []string{"ttl"}, "short", excl(80*time.Millisecond, 0)); !ok {
+		t.Fatal("acquire")
+	}
+	start := time.Now()
+	_, ok, err := b.Acquire(c, []string{"ttl"}, "waiter", excl(time.Minute, 3*time.Second))
+	if !ok || err != nil {
+		t.Fatalf("waiter did not get the expired lock: %v %v", ok, err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("granted before the TTL ran out (%v)", waited)
+	}
+	if in, _ := a.Lookup(c, "ttl"); in.State != lockmap.HeldElsewhere {
+		t.Fatalf("expired key still reported here: %+v", in)
+	}
+	// Extending pushes expiry out; PEXPIRE 0 deletes.
+	if ok, _ := b.Extend(c, "ttl", "waiter", 200*time.Millisecond); !ok {
+		t.Fatal("extend")
+	}
+	if ok, _ := b.Extend(c, "ttl", "nobody", time.Second); ok {
+		t.Fatal("extend with the wrong token")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if in, _ := b.Lookup(c, "ttl"); in.State != lockmap.HeldHere {
+		t.Fatal("expired before its extended TTL")
+	}
+	if ok, _ := b.Extend(c, "ttl", "waiter", 0); !ok {
+		t.Fatal("pexpire 0")
+	}
+	if in, _ := b.Lookup(c, "ttl"); in.State != lockmap.Free {
+		t.Fatalf("pexpire 0 must delete: %+v", in)
+	}
+}
+
+func TestMultiKeyAllOrNothingAndSharedEntries(t *testing.T) {
+	// One entry: every key collides, so multi-key acquires share a grant.
+	a, b := twoProxies(t, 1)
+	c := ctx(t)
+	f, ok, err := a.Acquire(c, []string{"x", "y", "z"}, "t", excl(time.Minute, 0))
+	if !ok || err != nil || f[0] != f[1] || f[1] != f[2] {
+		t.Fatalf("multi-key on one entry: %v %v %v", f, ok, err)
+	}
+	if in, _ := a.Lookup(c, "w"); in.State != lockmap.Free {
+		t.Fatalf("a key sharing our exclusively held entry is free: %+v", in)
+	}
+	if _, ok, _ := b.Acquire(c, []string{"w"}, "u", excl(time.Minute, 0)); ok {
+		t.Fatal("collision: the shared entry is held")
+	}
+	a.Release("x", "t")
+	a.Release("y", "t")
+	if _, ok, _ := b.Acquire(c, []string{"w"}, "u", excl(time.Minute, 0)); ok {
+		t.Fatal("entry released before its last key")
+	}
+	a.Release("z", "t")
+	if _, ok, _ := b.Acquire(c, []string{"w"}, "u", excl(time.Minute, 0)); !ok {
+		t.Fatal("entry not released after its last key")
+	}
+}
+
+func TestMultiKeyRollsBack(t *testing.T) {
+	a, b := twoProxies(t, 1<<14)
+	c := ctx(t)
+	if _, ok, _ := b.Acquire(c, []string{"k7"}, "other", excl(time.Minute, 0)); !ok {
+		t.Fatal("setup")
+	}
+	keys := []string{}
+	for i := 0; i < 10; i++ {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+	}
+	if _, ok, _ := a.Acquire(c, keys, "t", excl(time.Minute, 0)); ok {
+		t.Fatal("multi-key acquire ignored a held key")
+	}
+	for _, k := range keys {
+		if k == "k7" {
+			continue
+		}
+		if in, _ := a.Lookup(c, k); in.State != lockmap.Free {
+			t.Fatalf("%s left held after rollback: %v", k, in.State)
+		}
+	}
+}
+
+func TestReentrantAndShared(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	f, _, _ := a.Acquire(c, []string{"r"}, "t", excl(time.Second, 0))
+	opt := excl(time.Minute, 0)
+	opt.Reentrant = true
+	f2, ok, err := a.Acquire(c, []string{"r"}, "t", opt)
+	if !ok || err != nil || f2[0] != f[0] {
+		t.Fatalf("reentrant: %v %v %v", f2, ok, err)
+	}
+	if in, _ := a.Lookup(c, "r"); in.Holders[0].TTL < 30*time.Second {
+		t.Fatalf("reentrant acquire must reset the TTL: %v", in.Holders[0].TTL)
+	}
+	sh := lockmap.AcquireOptions{Mode: shiftlock.Shared, TTL: time.Minute}
+	if _, ok, _ := a.Acquire(c, []string{"s"}, "r1", sh); !ok {
+		t.Fatal("shared 1")
+	}
+	if _, ok, _ := b.Acquire(c, []string{"s"}, "r2", sh); !ok {
+		t.Fatal("shared 2 on another proxy")
+	}
+	if _, ok, _ := a.Acquire(c, []string{"s"}, "r3", sh); !ok {
+		t.Fatal("shared 3")
+	}
+	if _, _, err := a.Acquire(c, []string{"s"}, "r1", sh); err == nil {
+		t.Fatal("duplicate shared token accepted")
+	}
+	if _, ok, _ := b.Acquire(c, []string{"s"}, "w", excl(time.Minute, 0)); ok {
+		t.Fatal("writer admitted among readers")
+	}
+	if in, _ := a.Lookup(c, "s"); len(in.Holders) != 2 {
+		t.Fatalf("holders here: %+v", in.Holders)
+	}
+	if n := a.Delete("s"); n != 2 {
+		t.Fatalf("delete released %d holds", n)
+	}
+	b.Release("s", "r2")
+	if _, ok, _ := b.Acquire(c, []string{"s"}, "w", excl(time.Minute, 0)); !ok {
+		t.Fatal("writer after readers left")
+	}
+}
+
+func TestWaitPolicy(t *testing.T) {
+	p := lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "try:*", Wait: 0}, {Pattern: "slow:*", Wait: time.Second}, {Pattern: "auto:*", Auto: true}}}
+	for _, c := range []struct {
+		key  string
+		ttl  time.Duration
+		want time.Duration
+	}{
+		{"try:a", 10 * time.Second, 0},
+		{"slow:a", 10 * time.Second, time.Second},
+		{"auto:a", 10 * time.Second, 400 * time.Millisecond},
+		{"other", 8 * time.Second, 320 * time.Millisecond},
+		{"other", time.Hour, 2 * time.Second},
+		{"other", 0, 0},
+	} {
+		if got := p.Budget(c.key, c.ttl); got != c.want {
+			t.Errorf("Budget(%q, %v) = %v, want %v", c.key, c.ttl, got, c.want)
+		}
+	}
+}
+
+func TestLocateIsStable(t *testing.T) {
+	// These values are a contract: every proxy, every run, every version.
+	entries := []uint64{1 << 20, 1 << 20, 1 << 20}
+	for key, want := range map[string][2]uint64{
+		"lock:a": {1, 476173}, "resource": {2, 225932}, "savings:42": {2, 319040},
+	} {
+		if d, e := lockmap.Locate(key, entries); uint64(d) != want[0] || e != want[1] {
+			t.Errorf("Locate(%q) = %d/%d, want %d/%d: the key mapping changed", key, d, e, want[0], want[1])
+		}
+	}
+	// Adding a memory node moves about a third of the keys, and only to it.
+	moved := 0
+	for i := 0; i < 3000; i++ {
+		k := fmt.Sprintf("key:%d", i)
+		d2, _ := lockmap.Locate(k, entries[:2])
+		d3, _ := lockmap.Locate(k, entries)
+		if d2 != d3 {
+			moved++
+			if d3 != 2 {
+				t.Fatalf("%s moved from %d to %d, not to the new node", k, d2, d3)
+			}
+		}
+	}
+	if moved < 800 || moved > 1200 {
+		t.Fatalf("%d of 3000 keys moved, want about 1000", moved)
+	}
+}
