@@ -314,7 +314,7 @@ func opsError(err error) Reply {
 	msg := err.Error()
 	// Keep an error code the lock table chose (e.g. "WRONGTYPE ..."); add the
 	// generic one otherwise, as every RESP error needs one.
-	if code, _, ok := strings.Cut(msg, " "); ok && code != "" && strings.ToUpper(code) == code && strings.Trim(code, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" {
+	if code, _, ok := strings.Cut(msg, " "); ok && code != "" && strings.Trim(code, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" {
 		return errorReply(msg)
 	}
 	return errorReply("ERR " + msg)

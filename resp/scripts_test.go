@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1467,7 +1466,10 @@ func publishedBodies(t *testing.T) (map[string]string, bool) {
 		{"github.com/bsm/redislock@v0.9.4", []string{"redislock.go"}},
 		{"github.com/bsm/redislock@v0.10.0", []string{"obtain.lua", "pttl.lua", "refresh.lua", "release.lua"}},
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
 	for _, src := range goSources {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, gobin, "mod", "download", "-json", src.mod)
