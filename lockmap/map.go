@@ -270,7 +270,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	grantMu.Unlock()
 	for _, w := range fresh {
 		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
-		h := &hold{key: w.key, token: token, mode: opt.Mode, fence: gr.g.Token(), deadline: end, ttl: opt.TTL, g: gr}
+		h := &hold{key: w.key, token: token, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr}
 		s := m.shard(w.key)
 		s.mu.Lock()
 		s.keys[w.key] = append(s.keys[w.key], h)
@@ -286,6 +286,10 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	}
 	return fences, true, nil
 }
+
+// fenceOf is the fencing token clients see: the grant's RelCnt plus one, so
+// that no fence is ever 0, which applications tend to read as "no token".
+func fenceOf(g shiftlock.Grant) uint64 { return g.Token() + 1 }
 
 // lockEntry takes one entry, waiting until deadline (zero: try once). A nil
 // grant with nil error means "held for the whole budget".

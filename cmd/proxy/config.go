@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+)
+
+// config is the proxy's configuration: built-in defaults, then the YAML file
+// (-config), then the flags actually given on the command line.
+type config struct {
+	Listen string `yaml:"listen"`
+	// Memnodes are the memory nodes to join over TCP, in the order that
+	// decides key placement (every proxy must list them in the same order).
+	// Empty: embed one in-process (the single-host quickstart).
+	Memnodes []string `yaml:"memnodes"`
+	// Entries sizes the embedded memory node's lock table.
+	Entries uint64 `yaml:"entries"`
+	// PeerListen is where other proxies deliver handovers to this one. With
+	// several memnodes, memnode i uses port+i (port 0: any free port).
+	PeerListen string `yaml:"peer_listen"`
+	Advertise  string `yaml:"advertise"`
+	Name       string `yaml:"name"`
+
+	Requirepass string `yaml:"requirepass"`
+
+	AcquireWait  []waitRule    `yaml:"acquire_wait"`
+	WaitFraction float64       `yaml:"acquire_wait_fraction"`
+	WaitMax      time.Duration `yaml:"acquire_wait_max"`
+
+	// Threshold is ShiftLock's N: writer grants in a row before readers
+	// get their turn.
+	Threshold int `yaml:"writer_threshold"`
+
+	MetricsListen string `yaml:"metrics_listen"`
+	LogLevel      string `yaml:"log_level"`
+}
+
+// waitRule is one acquire_wait entry: keys matching pattern wait "auto"
+// (a fraction of their TTL) or a fixed duration ("0s" = exact try-lock).
+type waitRule struct {
+	Pattern string `yaml:"pattern"`
+	Wait    string `yaml:"wait"`
+}
+
+func defaultConfig() config {
+	return config{
+		Listen:        "127.0.0.1:6380",
+		Entries:       1 << 20,
+		PeerListen:    "127.0.0.1:0",
+		WaitFraction:  0.04,
+		WaitMax:       2 * time.Second,
+		Threshold:     16,
+		MetricsListen: "127.0.0.1:9380",
+		LogLevel:      "info",
+	}
+}
+
+func (c config) waitPolicy() (lockmap.WaitPolicy, error) {
+	p := lockmap.WaitPolicy{Fraction: c.WaitFraction, Max: c.WaitMax}
+	for _, r := range c.AcquireWait {
+		if r.Pattern == "" {
+			return p, errors.New("acquire_wait: a rule needs a pattern")
+		}
+		if r.Wait == "auto" {
+			p.Rules = append(p.Rules, lockmap.WaitRule{Pattern: r.Pattern, Auto: true})
+			continue
+		}
+		d, err := time.ParseDuration(r.Wait)
+		if err != nil || d < 0 {
+			return p, fmt.Errorf("acquire_wait %q: wait must be \"auto\" or a duration, got %q", r.Pattern, r.Wait)
+		}
+		p.Rules = append(p.Rules, lockmap.WaitRule{Pattern: r.Pattern, Wait: d})
+	}
+	return p, nil
+}
+
+// stringList is a repeatable, comma-separated flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("config", "", "YAML config file (flags override it)")
+	var f config
+	var memnodes stringList
+	var wait string
+	fs.StringVar(&f.Listen, "listen", cfg.Listen, "RESP address (port 0 picks one; the actual address is printed)")
+	fs.Var(&memnodes, "memnode", "memory node address to join (repeat or comma-separate; none: embed one)")
+	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
+	fs.StringVar(&f.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
+	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
+	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
+	fs.StringVar(&f.Requirepass, "requirepass", "", "password clients must AUTH with")
+	fs.StringVar(&wait, "acquire-wait", "", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`)
+	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
+	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
+	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
+	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
+	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *file != "" {
+		raw, err := os.ReadFile(*file)
+		if err != nil {
+			return config{}, err
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return config{}, fmt.Errorf("%s: %w", *file, err)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	over := func(name string, apply func()) {
+		if set[name] {
+			apply()
+		}
+	}
+	over("listen", func() { cfg.Listen = f.Listen })
+	over("memnode", func() { cfg.Memnodes = memnodes })
+	over("entries", func() { cfg.Entries = f.Entries })
+	over("peer-listen", func() { cfg.PeerListen = f.PeerListen })
+	over("advertise", func() { cfg.Advertise = f.Advertise })
+	over("name", func() { cfg.Name = f.Name })
+	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
+	over("acquire-wait", func() { cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}} })
+	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
+	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
+	over("writer-threshold", func() { cfg.Threshold = f.Threshold })
+	over("metrics", func() { cfg.MetricsListen = f.MetricsListen })
+	over("log-level", func() { cfg.LogLevel = f.LogLevel })
+	if cfg.Entries == 0 {
+		return config{}, errors.New("entries must be positive")
+	}
+	if _, err := cfg.waitPolicy(); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}

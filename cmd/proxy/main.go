@@ -1,0 +1,223 @@
+// Command proxy is shiftlock-proxy: a Redis-compatible lock server for one
+// host. Point Redis lock clients at it (redsync, redis-py Lock, node-redlock,
+// SET NX PX plus compare-and-delete) and every lock runs as a ShiftLock
+// reader-writer lock on a memory node; a client that has to wait is handed
+// the lock by the previous holder instead of retrying.
+//
+//	proxy                                   # embedded memory node, 127.0.0.1:6380
+//	proxy -memnode 10.0.0.5:7300 -listen 0.0.0.0:6380 -requirepass s3cret
+//
+// On startup it prints "proxy listening on ADDR" to stdout with the actual
+// address, so -listen 127.0.0.1:0 works in tests. SIGTERM or SIGINT stop it:
+// it stops accepting, closes connections, leaves its memory nodes and exits 0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+	"github.com/shiftlock/shiftlock-proxy/resp"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "proxy:", err)
+		return 2
+	}
+	log, err := newLogger(cfg.LogLevel, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "proxy:", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		cfg.Name = host + ":" + strconv.Itoa(os.Getpid())
+	}
+
+	m := newMetrics()
+	doms, closeDoms, err := joinMemnodes(ctx, cfg, log)
+	if err != nil {
+		log.Error("joining memory nodes", zap.Error(err))
+		return 1
+	}
+	defer closeDoms()
+	wait, _ := cfg.waitPolicy()
+	lm := lockmap.New(doms, lockmap.Config{
+		Logger:    log,
+		OnAcquire: m.onAcquire,
+		OnExpire:  func(string) { m.expired.Inc() },
+	})
+	defer lm.Close()
+	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand})
+	m.watch(srv, lm)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("listen", zap.Error(err))
+		return 1
+	}
+	if cfg.Requirepass == "" && !isLoopback(ln.Addr()) {
+		log.Warn("serving without requirepass on a non-loopback address: anyone who can reach it can take and release locks",
+			zap.String("addr", ln.Addr().String()))
+	}
+	var msrv *http.Server
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			_ = ln.Close()
+			log.Error("metrics listen", zap.Error(err))
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", zap.Error(err))
+			}
+		}()
+		fmt.Fprintf(stdout, "metrics on %s\n", mln.Addr())
+	}
+	names := make([]string, len(doms))
+	for i, d := range doms {
+		names[i] = d.Name
+	}
+	log.Info("proxy listening", zap.String("addr", ln.Addr().String()), zap.Strings("memnodes", names))
+	fmt.Fprintf(stdout, "proxy listening on %s\n", ln.Addr())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-served:
+		log.Error("serve", zap.Error(err))
+		code = 1
+	}
+	_ = srv.Close()
+	if msrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = msrv.Shutdown(sctx)
+		cancel()
+	}
+	return code
+}
+
+// joinMemnodes builds one lock domain per memory node: over TCP for each
+// configured address, or one embedded in-process memory node if none is.
+func joinMemnodes(ctx context.Context, cfg config, log *zap.Logger) ([]*lockmap.Domain, func(), error) {
+	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
+	var doms []*lockmap.Domain
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	add := func(name string, ep rdma.Endpoint) {
+		c := shiftlock.NewClient(ep, slcfg)
+		lease := lockmap.NewLease(ep)
+		doms = append(doms, &lockmap.Domain{Name: name, Client: c, Lease: lease})
+		closers = append(closers, func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.Close(cctx)
+			cancel()
+			lease.Stop()
+			_ = ep.Close()
+		})
+	}
+	if len(cfg.Memnodes) == 0 {
+		host := memnode.New(memnode.Config{Entries: cfg.Entries, Logger: log.Named("memnode")})
+		closers = append(closers, host.Close)
+		ep, err := memfab.New(host).Join(cfg.Name)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		add("embedded", ep)
+		return doms, closeAll, nil
+	}
+	for i, addr := range cfg.Memnodes {
+		peer, err := nthPort(cfg.PeerListen, i)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ep, err := tcpfab.Dial(dctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab")})
+		cancel()
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("memnode %s: %w", addr, err)
+		}
+		log.Info("joined memory node", zap.String("memnode", addr), zap.Uint16("node", uint16(ep.Node())),
+			zap.Uint64("entries", ep.Layout().LockEntries), zap.Uint64("generation", ep.Layout().Generation))
+		add(addr, ep)
+	}
+	return doms, closeAll, nil
+}
+
+// nthPort offsets addr's port by i (a zero port stays zero).
+func nthPort(addr string, i int) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("peer_listen %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", fmt.Errorf("peer_listen %q: %w", addr, err)
+	}
+	if p != 0 {
+		p += i
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p)), nil
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+func newLogger(level string, out io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(out)), lvl)
+	return zap.New(core), nil
+}

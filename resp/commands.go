@@ -1,0 +1,86 @@
+package resp
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// command is one entry of the command table. Arity counts the command name,
+// as Redis does; maxArgs 0 means unbounded. first/last/step describe where
+// the keys are, for COMMAND.
+type command struct {
+	run                func(s *Server, st *connState, args [][]byte)
+	minArgs, maxArgs   int
+	noAuth             bool
+	write              bool
+	first, last, step int
+}
+
+var commands map[string]*command
+
+func init() {
+	commands = map[string]*command{
+		// Connection and handshake.
+		"ping":    {run: (*Server).cmdPing, minArgs: 1, maxArgs: 2},
+		"echo":    {run: (*Server).cmdEcho, minArgs: 2, maxArgs: 2},
+		"hello":   {run: (*Server).cmdHello, minArgs: 1, noAuth: true},
+		"auth":    {run: (*Server).cmdAuth, minArgs: 2, maxArgs: 3, noAuth: true},
+		"client":  {run: (*Server).cmdClient, minArgs: 2},
+		"select":  {run: (*Server).cmdSelect, minArgs: 2, maxArgs: 2},
+		"info":    {run: (*Server).cmdInfo, minArgs: 1},
+		"command": {run: (*Server).cmdCommand, minArgs: 1},
+		"quit":    {run: (*Server).cmdQuit, minArgs: 1, noAuth: true},
+		"reset":   {run: (*Server).cmdReset, minArgs: 1, maxArgs: 1, noAuth: true},
+		"dbsize":  {run: (*Server).cmdDBSize, minArgs: 1, maxArgs: 1},
+		"time":    {run: (*Server).cmdTime, minArgs: 1, maxArgs: 1},
+
+		// Locks under Redis names.
+		"set":     {run: (*Server).cmdSet, minArgs: 3, write: true, first: 1, last: 1, step: 1},
+		"get":     {run: (*Server).cmdGet, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"del":     {run: (*Server).cmdDel, minArgs: 2, write: true, first: 1, last: -1, step: 1},
+		"unlink":  {run: (*Server).cmdDel, minArgs: 2, write: true, first: 1, last: -1, step: 1},
+		"exists":  {run: (*Server).cmdExists, minArgs: 2, first: 1, last: -1, step: 1},
+		"pexpire": {run: (*Server).cmdPExpire, minArgs: 3, maxArgs: 4, write: true, first: 1, last: 1, step: 1},
+		"expire":  {run: (*Server).cmdExpire, minArgs: 3, maxArgs: 4, write: true, first: 1, last: 1, step: 1},
+		"pttl":    {run: (*Server).cmdPTTL, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"ttl":     {run: (*Server).cmdTTL, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"persist": {run: (*Server).cmdPersist, minArgs: 2, maxArgs: 2, write: true, first: 1, last: 1, step: 1},
+
+		// Scripts.
+		"eval":    {run: (*Server).cmdEval, minArgs: 3, write: true},
+		"evalsha": {run: (*Server).cmdEvalSHA, minArgs: 3, write: true},
+		"script":  {run: (*Server).cmdScript, minArgs: 2},
+
+		// Extensions: what Redis cannot do.
+		"lock.acquire": {run: (*Server).cmdLockAcquire, minArgs: 3, write: true, first: 1, last: 1, step: 1},
+		"lock.release": {run: (*Server).cmdLockRelease, minArgs: 3, maxArgs: 3, write: true, first: 1, last: 1, step: 1},
+		"lock.extend":  {run: (*Server).cmdLockExtend, minArgs: 5, maxArgs: 5, write: true, first: 1, last: 1, step: 1},
+		"lock.info":    {run: (*Server).cmdLockInfo, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+	}
+}
+
+// unknownCommand phrases the error the way Redis does, so clients show it
+// unchanged, and adds why: this is a lock proxy, not a Redis.
+func unknownCommand(name string, args [][]byte) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ERR unknown command '%s', with args beginning with: ", oneLine(name))
+	for i, a := range args {
+		if i == 4 {
+			break
+		}
+		fmt.Fprintf(&b, "'%s' ", oneLine(string(a)))
+	}
+	b.WriteString("(this is shiftlock-proxy, a lock proxy: it serves SET NX, GET, DEL, PEXPIRE, PTTL, EXISTS, " +
+		"the lock scripts of common clients and LOCK.*; keep data in a real Redis)")
+	return b.String()
+}
+
+func commandNames() []string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

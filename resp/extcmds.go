@@ -1,0 +1,148 @@
+package resp
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+func parseMillis(b []byte) (time.Duration, bool) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < 0 || n > 1<<40 {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
+}
+
+// cmdLockAcquire is LOCK.ACQUIRE key token [SHARED] [PX ms|EX s] [WAIT ms].
+// It answers the grant's fencing token, or nil if the key stayed held for the
+// whole wait. Without WAIT the key's wait policy applies.
+func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
+	key, token := string(args[1]), string(args[2])
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive}
+	wait, hasWait := time.Duration(0), false
+	for i := 3; i < len(args); i++ {
+		switch strings.ToUpper(string(args[i])) {
+		case "SHARED":
+			opt.Mode = shiftlock.Shared
+		case "PX", "EX", "WAIT":
+			if i+1 >= len(args) {
+				st.w.err("ERR syntax error")
+				return
+			}
+			d, ok := parseMillis(args[i+1])
+			if !ok {
+				st.w.err("ERR value is not an integer or out of range")
+				return
+			}
+			switch strings.ToUpper(string(args[i])) {
+			case "EX":
+				d *= 1000
+				fallthrough
+			case "PX":
+				if d <= 0 {
+					st.w.err("ERR invalid expire time in 'lock.acquire' command")
+					return
+				}
+				opt.TTL = d
+			case "WAIT":
+				wait, hasWait = d, true
+			}
+			i++
+		default:
+			st.w.err(fmt.Sprintf("ERR syntax error near '%s' (LOCK.ACQUIRE key token [SHARED] [PX ms] [WAIT ms])", oneLine(string(args[i]))))
+			return
+		}
+	}
+	if !hasWait {
+		wait = s.cfg.Wait.Budget(key, opt.TTL)
+	}
+	opt.Wait = wait
+	fences, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
+	switch {
+	case err != nil:
+		st.w.err(errReply(err))
+	case !ok:
+		st.w.null()
+	default:
+		st.w.int(int64(fences[0]))
+	}
+}
+
+func (s *Server) cmdLockRelease(st *connState, args [][]byte) {
+	st.w.int(b2i(s.cfg.Map.Release(string(args[1]), string(args[2]))))
+}
+
+// cmdLockExtend is LOCK.EXTEND key token PX ms.
+func (s *Server) cmdLockExtend(st *connState, args [][]byte) {
+	unit := strings.ToUpper(string(args[3]))
+	d, ok := parseMillis(args[4])
+	if !ok || (unit != "PX" && unit != "EX") {
+		st.w.err("ERR syntax error (LOCK.EXTEND key token PX ms)")
+		return
+	}
+	if unit == "EX" {
+		d *= 1000
+	}
+	done, err := s.cfg.Map.Extend(st.ctx, string(args[1]), string(args[2]), d)
+	if err != nil {
+		st.w.err(errReply(err))
+		return
+	}
+	st.w.int(b2i(done))
+}
+
+// cmdLockInfo describes a key: where its lock lives, who holds it here, and
+// the lock entry itself when it is not held here.
+func (s *Server) cmdLockInfo(st *connState, args [][]byte) {
+	in, err := s.cfg.Map.Lookup(st.ctx, string(args[1]))
+	if err != nil {
+		st.w.err(errReply(err))
+		return
+	}
+	lease := "ok"
+	if in.Lost != nil {
+		lease = "lost: " + in.Lost.Error()
+	}
+	w := &st.w
+	w.mapHeader(8)
+	w.bulk("key")
+	w.bulk(in.Key)
+	w.bulk("state")
+	w.bulk(in.State.String())
+	w.bulk("memnode")
+	w.bulk(in.Domain)
+	w.bulk("entry")
+	w.int(int64(in.Entry))
+	w.bulk("lease")
+	w.bulk(lease)
+	w.bulk("holders")
+	w.array(len(in.Holders))
+	for _, h := range in.Holders {
+		w.mapHeader(4)
+		w.bulk("token")
+		w.bulk(h.Token)
+		w.bulk("mode")
+		w.bulk(h.Mode.String())
+		w.bulk("fence")
+		w.int(int64(h.Fence))
+		w.bulk("ttl_ms")
+		if h.TTL == 0 {
+			w.int(-1)
+		} else {
+			w.int(h.TTL.Milliseconds())
+		}
+	}
+	w.bulk("queue_tail")
+	if in.State == lockmap.HeldHere {
+		w.null() // not read: the holders above say what matters
+	} else {
+		w.bulk(in.Lock.Tail().String())
+	}
+	w.bulk("readers")
+	w.int(int64(in.Lock.Readers()))
+}

@@ -1,0 +1,301 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// HeldElsewhere is what GET (and the scripts' view of GET) returns for a key
+// held through another proxy: this proxy cannot know the holder's token, and
+// must not say the key is free. No client's token equals it, so
+// compare-and-delete and compare-and-extend correctly refuse.
+const HeldElsewhere = "shiftlock:held-through-another-proxy"
+
+// errReply turns an error from the lock table into a Redis-style error.
+func errReply(err error) string {
+	switch {
+	case errors.Is(err, lockmap.ErrNoLease):
+		return "TRYAGAIN shiftlock-proxy has lost its lease with the memory node; locks cannot be granted until it is back: " + err.Error()
+	case errors.Is(err, rdma.ErrUnreachable), errors.Is(err, rdma.ErrUnavailable), errors.Is(err, rdma.ErrClosed):
+		return "TRYAGAIN memory node unreachable: " + err.Error()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "TRYAGAIN request abandoned: " + err.Error()
+	}
+	return "ERR " + err.Error()
+}
+
+// setArgs is SET's parsed options.
+type setArgs struct {
+	nx, xx, get, keepTTL bool
+	ttl                  time.Duration
+	hasTTL               bool
+}
+
+// parseSet reads SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]
+// in any order and case, with Redis's own error messages.
+func parseSet(args [][]byte, now time.Time) (setArgs, string) {
+	var a setArgs
+	for i := 3; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		switch opt {
+		case "NX":
+			if a.xx {
+				return a, "ERR syntax error"
+			}
+			a.nx = true
+		case "XX":
+			if a.nx {
+				return a, "ERR syntax error"
+			}
+			a.xx = true
+		case "GET":
+			a.get = true
+		case "KEEPTTL":
+			if a.hasTTL {
+				return a, "ERR syntax error"
+			}
+			a.keepTTL = true
+		case "EX", "PX", "EXAT", "PXAT":
+			if a.hasTTL || a.keepTTL || i+1 >= len(args) {
+				return a, "ERR syntax error"
+			}
+			i++
+			n, err := strconv.ParseInt(string(args[i]), 10, 64)
+			if err != nil {
+				return a, "ERR value is not an integer or out of range"
+			}
+			if n <= 0 {
+				return a, "ERR invalid expire time in 'set' command"
+			}
+			var d time.Duration
+			switch opt {
+			case "EX":
+				if n > math.MaxInt64/int64(time.Second) {
+					return a, "ERR invalid expire time in 'set' command"
+				}
+				d = time.Duration(n) * time.Second
+			case "PX":
+				if n > math.MaxInt64/int64(time.Millisecond) {
+					return a, "ERR invalid expire time in 'set' command"
+				}
+				d = time.Duration(n) * time.Millisecond
+			case "EXAT":
+				d = time.Unix(n, 0).Sub(now)
+			case "PXAT":
+				d = time.UnixMilli(n).Sub(now)
+			}
+			if d <= 0 {
+				// An absolute time in the past: Redis sets and expires at once.
+				d = time.Millisecond
+			}
+			a.ttl, a.hasTTL = d, true
+		default:
+			return a, "ERR syntax error"
+		}
+	}
+	return a, ""
+}
+
+// cmdSet acquires: SET key token NX [PX ms]. Only the NX form is a lock;
+// other forms would overwrite one, so they are refused with a reason.
+func (s *Server) cmdSet(st *connState, args [][]byte) {
+	a, e := parseSet(args, time.Now())
+	if e != "" {
+		st.w.err(e)
+		return
+	}
+	if !a.nx || a.get || a.keepTTL {
+		st.w.err("ERR shiftlock-proxy supports SET only as a lock acquire: SET key token NX [PX ms|EX s]. " +
+			"XX, GET, KEEPTTL and plain SET would overwrite a lock; use LOCK.EXTEND or PEXPIRE to extend one")
+		return
+	}
+	key, token := string(args[1]), string(args[2])
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl)}
+	_, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
+	switch {
+	case err != nil:
+		st.w.err(errReply(err))
+	case ok:
+		st.w.status("OK")
+	default:
+		st.w.null()
+	}
+}
+
+// lookup wraps Map.Lookup and answers the caller with an error when the key
+// is held here under a lease that is gone.
+func (s *Server) lookup(st *connState, key string) (lockmap.Info, bool) {
+	in, err := s.cfg.Map.Lookup(st.ctx, key)
+	if err != nil {
+		st.w.err(errReply(err))
+		return in, false
+	}
+	if in.State == lockmap.HeldHere && in.Lost != nil {
+		st.w.err("LOCKLOST the lease covering this lock has lapsed; it may have been granted to someone else: " + in.Lost.Error())
+		return in, false
+	}
+	return in, true
+}
+
+func (s *Server) cmdGet(st *connState, args [][]byte) {
+	in, ok := s.lookup(st, string(args[1]))
+	if !ok {
+		return
+	}
+	switch in.State {
+	case lockmap.HeldHere:
+		st.w.bulk(in.Holders[0].Token)
+	case lockmap.HeldElsewhere:
+		st.w.bulk(HeldElsewhere)
+	default:
+		st.w.null()
+	}
+}
+
+// cmdDel releases keys whoever holds them here. A key held through another
+// proxy cannot be released from here; rather than answer 0 ("no such key"),
+// the whole command fails with a reason, before anything is released.
+func (s *Server) cmdDel(st *connState, args [][]byte) {
+	for _, k := range args[1:] {
+		in, err := s.cfg.Map.Lookup(st.ctx, string(k))
+		if err != nil {
+			st.w.err(errReply(err))
+			return
+		}
+		if in.State == lockmap.HeldElsewhere {
+			st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; release it through the proxy that granted it", oneLine(string(k))))
+			return
+		}
+	}
+	var n int64
+	for _, k := range args[1:] {
+		if s.cfg.Map.Delete(string(k)) > 0 {
+			n++
+		}
+	}
+	st.w.int(n)
+}
+
+func (s *Server) cmdExists(st *connState, args [][]byte) {
+	var n int64
+	for _, k := range args[1:] {
+		in, err := s.cfg.Map.Lookup(st.ctx, string(k))
+		if err != nil {
+			st.w.err(errReply(err))
+			return
+		}
+		if in.State != lockmap.Free {
+			n++
+		}
+	}
+	st.w.int(n)
+}
+
+func (s *Server) cmdPExpire(st *connState, args [][]byte) { s.expire(st, args, time.Millisecond) }
+func (s *Server) cmdExpire(st *connState, args [][]byte)  { s.expire(st, args, time.Second) }
+
+// expire is PEXPIRE/EXPIRE key n [NX|XX|GT|LT] on a key held here.
+func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
+	n, err := strconv.ParseInt(string(args[2]), 10, 64)
+	if err != nil {
+		st.w.err("ERR value is not an integer or out of range")
+		return
+	}
+	if n > math.MaxInt64/int64(unit) {
+		st.w.err(fmt.Sprintf("ERR invalid expire time in '%s' command", strings.ToLower(string(args[0]))))
+		return
+	}
+	cond := ""
+	if len(args) == 4 {
+		cond = strings.ToUpper(string(args[3]))
+		if cond != "NX" && cond != "XX" && cond != "GT" && cond != "LT" {
+			st.w.err(fmt.Sprintf("ERR Unsupported option %s", oneLine(string(args[3]))))
+			return
+		}
+	}
+	key := string(args[1])
+	in, ok := s.lookup(st, key)
+	if !ok {
+		return
+	}
+	switch in.State {
+	case lockmap.Free:
+		st.w.int(0)
+		return
+	case lockmap.HeldElsewhere:
+		st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; extend it through the proxy that granted it", oneLine(key)))
+		return
+	}
+	ttl := time.Duration(n) * unit
+	cur := in.Holders[0].TTL // 0 = persistent, which Redis treats as infinite
+	switch cond {
+	case "NX":
+		if cur != 0 {
+			st.w.int(0)
+			return
+		}
+	case "XX":
+		if cur == 0 {
+			st.w.int(0)
+			return
+		}
+	case "GT":
+		if cur == 0 || ttl <= cur {
+			st.w.int(0)
+			return
+		}
+	case "LT":
+		if cur != 0 && ttl >= cur {
+			st.w.int(0)
+			return
+		}
+	}
+	done, err := s.cfg.Map.Extend(st.ctx, key, "", ttl)
+	if err != nil {
+		st.w.err(errReply(err))
+		return
+	}
+	st.w.int(b2i(done))
+}
+
+func (s *Server) cmdPTTL(st *connState, args [][]byte) { s.ttl(st, args, time.Millisecond) }
+func (s *Server) cmdTTL(st *connState, args [][]byte)  { s.ttl(st, args, time.Second) }
+
+// ttl answers -2 for a free key and -1 for one held without a TTL. A key
+// held through another proxy answers -1: it exists, and its TTL is known
+// only to the proxy that granted it.
+func (s *Server) ttl(st *connState, args [][]byte, unit time.Duration) {
+	in, ok := s.lookup(st, string(args[1]))
+	if !ok {
+		return
+	}
+	switch {
+	case in.State == lockmap.Free:
+		st.w.int(-2)
+	case in.State == lockmap.HeldElsewhere || in.Holders[0].TTL == 0:
+		st.w.int(-1)
+	default:
+		// Round as Redis does: TTL rounds to the nearest second.
+		st.w.int(int64((in.Holders[0].TTL + unit/2) / unit))
+	}
+}
+
+func (s *Server) cmdPersist(st *connState, args [][]byte) {
+	st.w.int(b2i(s.cfg.Map.Persist(string(args[1]))))
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
