@@ -10,10 +10,10 @@ import (
 // as Redis does; maxArgs 0 means unbounded. first/last/step describe where
 // the keys are, for COMMAND.
 type command struct {
-	run                func(s *Server, st *connState, args [][]byte)
-	minArgs, maxArgs   int
-	noAuth             bool
-	write              bool
+	run               func(s *Server, st *connState, args [][]byte)
+	minArgs, maxArgs  int
+	noAuth            bool
+	write             bool
 	first, last, step int
 }
 
