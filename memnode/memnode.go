@@ -118,7 +118,7 @@ type Server struct {
 	log  *zap.Logger
 	ctrs rdma.Counters
 
-	locks, eras, nodes *rdma.Memory
+	locks, eras, nodes, owners *rdma.Memory
 
 	state []atomic.Uint32 // nodeState by NodeID; read on every verb by Admit
 
@@ -151,6 +151,7 @@ func New(cfg Config) *Server {
 		locks:   rdma.NewMemory(rdma.RegionLocks, "locks", cfg.Entries*16),
 		eras:    rdma.NewMemory(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
 		nodes:   rdma.NewMemory(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
+		owners:  rdma.NewMemory(rdma.RegionOwners, "owners", (cfg.Entries+1)/2*16),
 		state:   make([]atomic.Uint32, cfg.MaxNodes+1),
 		members: map[rdma.NodeID]*member{},
 		next:    1,
@@ -193,6 +194,8 @@ func (s *Server) Region(id rdma.RegionID) *rdma.Memory {
 		return s.eras
 	case rdma.RegionNodes:
 		return s.nodes
+	case rdma.RegionOwners:
+		return s.owners
 	}
 	return nil
 }
@@ -208,7 +211,7 @@ func (s *Server) SetProber(p rdma.Prober) {
 func (s *Server) layout() rdma.Layout {
 	return rdma.Layout{
 		Generation:        s.cfg.Generation,
-		Regions:           []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info()},
+		Regions:           []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info(), s.owners.Info()},
 		LockEntries:       s.cfg.Entries,
 		EraCount:          s.cfg.Eras,
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
@@ -481,6 +484,10 @@ func (s *Server) reset(req rdma.RecoverRequest, eraOff, entryOff uint64, before 
 	all := rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
 	after := rdma.U128{Lo: 0, Hi: before.Hi + rdma.RecoveryLeap}
 	old, _ := s.locks.MaskedCAS128(entryOff, before, all, after, all)
+	if old == before {
+		// The reset entry has no holder, so it has no owner either.
+		_ = s.owners.Write(req.Entry*8, make([]byte, 8))
+	}
 	if old != before {
 		era, _ := s.eras.Load8(eraOff)
 		s.stats.RecoveriesRef.Add(1)

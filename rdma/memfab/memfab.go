@@ -62,7 +62,7 @@ type Endpoint struct {
 	f       *Fabric
 	node    rdma.NodeID
 	layout  rdma.Layout
-	regions [4]*rdma.Memory
+	regions [8]*rdma.Memory
 	ctrs    rdma.Counters
 	in      *rdma.Counters // the memory node's inbound counters
 	recv    atomic.Pointer[func(rdma.Message) error]
