@@ -6,6 +6,7 @@ package lockmap
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
+	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -69,18 +71,26 @@ type hold struct {
 	fence    uint64
 	deadline time.Time // zero: no TTL
 	ttl      time.Duration
-	g        *grant
-	dead     bool // released or expired; the expirer skips it
+	g        *grant // nil for a shadow
+	dead     bool   // released or expired; the expirer skips it
 }
+
+// A shadow is a hold without a grant of its own: the same key and token are
+// already held through another proxy (its owner tag says so), and this proxy
+// answers as an independent Redis instance would when a RedLock client asks
+// every instance in turn. It ends with its TTL or a release; it never
+// touches the lock entry.
+func (h *hold) shadow() bool { return h.g == nil }
 
 // grant is one ShiftLock grant. Keys of one multi-key acquire that land on
 // the same entry share it; it is released when the last of them is.
 type grant struct {
-	dom   *Domain
-	entry uint64
-	mode  shiftlock.Mode
-	g     shiftlock.Grant
-	refs  int // guarded by grantMu
+	dom    *Domain
+	entry  uint64
+	mode   shiftlock.Mode
+	g      shiftlock.Grant
+	tagged bool // this grant wrote the entry's owner tag
+	refs   int  // guarded by grantMu
 }
 
 var grantMu sync.Mutex
@@ -204,19 +214,41 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			m.releaseGrant(g)
 		}
 	}
+	// Owner tags identify a single key's exclusive holder across proxies.
+	var tag uint64
+	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive {
+		tag = ownerTag(keys[0], token)
+		if m.heldAsShadow(keys[0]) {
+			// Another token holds it through another proxy and through us,
+			// as on independent Redis instances: SET NX fails here at once.
+			return nil, false, nil
+		}
+	}
 	byEntry := map[[2]uint64]*grant{}
+	var shadowFence uint64
 	for _, w := range fresh {
 		k := [2]uint64{uint64(w.di), w.entry}
 		if byEntry[k] != nil {
 			continue
 		}
-		g, waited, err := m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline)
+		g, fence, waited, err := m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag)
 		queued = queued || waited
-		if err != nil || g == nil {
+		if err != nil || (g == nil && fence == 0) {
 			undo()
 			return nil, false, err
 		}
+		if g == nil {
+			shadowFence = fence
+			continue
+		}
 		gr := &grant{dom: w.dom, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
+		if tag != 0 {
+			if err := m.writeTag(ctx, gr, tag); err != nil {
+				m.log.Warn("owner tag not written; other proxies will not recognise this holder", zap.Error(err))
+			} else {
+				gr.tagged = true
+			}
+		}
 		m.countExcl(gr, 1)
 		got = append(got, gr)
 		byEntry[k] = gr
@@ -262,7 +294,9 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	// from here on, every key holding it owns one.
 	grantMu.Lock()
 	for _, w := range fresh {
-		byEntry[[2]uint64{uint64(w.di), w.entry}].refs++
+		if gr := byEntry[[2]uint64{uint64(w.di), w.entry}]; gr != nil {
+			gr.refs++
+		}
 	}
 	for _, gr := range got {
 		gr.refs--
@@ -270,7 +304,12 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	grantMu.Unlock()
 	for _, w := range fresh {
 		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
-		h := &hold{key: w.key, token: token, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr}
+		var h *hold
+		if gr == nil {
+			h = &hold{key: w.key, token: token, mode: opt.Mode, fence: shadowFence, deadline: end, ttl: opt.TTL}
+		} else {
+			h = &hold{key: w.key, token: token, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr}
+		}
 		s := m.shard(w.key)
 		s.mu.Lock()
 		s.keys[w.key] = append(s.keys[w.key], h)
@@ -291,12 +330,15 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 // that no fence is ever 0, which applications tend to read as "no token".
 func fenceOf(g shiftlock.Grant) uint64 { return g.Token() + 1 }
 
-// lockEntry takes one entry, waiting until deadline (zero: try once). A nil
-// grant with nil error means "held for the whole budget".
-func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time) (shiftlock.Grant, bool, error) {
+// lockEntry takes one entry, waiting until deadline (zero: try once). With
+// a non-zero owner tag, an entry already held under that tag (the same key
+// and token through another proxy) yields a shadow: no grant, and the
+// holder's fence. Neither a grant nor a shadow, with no error, means "held
+// for the whole budget".
+func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time, tag uint64) (shiftlock.Grant, uint64, bool, error) {
 	if d.Lease != nil {
 		if err := d.Lease.Valid(); err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 	}
 	c := d.Client
@@ -308,34 +350,118 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	} else {
 		g, ok, err = c.TryExclusive(ctx, entry)
 	}
-	if err != nil || ok || deadline.IsZero() {
-		if !ok {
-			g = nil
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if ok {
+		return g, 0, false, nil
+	}
+	if tag != 0 {
+		if fence, ok, err := m.matchTag(ctx, d, entry, tag); err != nil || ok {
+			return nil, fence, false, err
 		}
-		return nilIfNil(g), false, err
+	}
+	if deadline.IsZero() {
+		return nil, 0, false, nil
 	}
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	shadow := make(chan uint64, 1)
+	if tag != 0 {
+		// The winner writes its tag one round trip after its grant, so a
+		// client racing through several proxies may only see it now.
+		go m.watchTag(wctx, cancel, d, entry, tag, shadow)
+	}
 	if mode == shiftlock.Shared {
 		g, err = c.AcquireShared(wctx, entry)
 	} else {
 		g, err = c.AcquireExclusive(wctx, entry)
 	}
-	if err != nil {
-		if wctx.Err() != nil && ctx.Err() == nil {
-			return nil, true, nil // budget spent: "not acquired", not an error
-		}
-		return nil, true, err
+	if err == nil {
+		return g, 0, true, nil
 	}
-	return g, true, nil
+	select {
+	case fence := <-shadow:
+		return nil, fence, true, nil
+	default:
+	}
+	if wctx.Err() != nil && ctx.Err() == nil {
+		return nil, 0, true, nil // budget spent: "not acquired", not an error
+	}
+	return nil, 0, true, err
 }
 
-// nilIfNil keeps a typed nil *Guard from becoming a non-nil interface.
-func nilIfNil(g *shiftlock.Guard) shiftlock.Grant {
-	if g == nil {
-		return nil
+// ownerTag identifies a key and token; it is never 0, which means "none".
+func ownerTag(key, token string) uint64 {
+	h := xxhash.New()
+	_, _ = h.WriteString(key)
+	_, _ = h.Write([]byte{0})
+	_, _ = h.WriteString(token)
+	return h.Sum64() | 1
+}
+
+// matchTag reads entry's owner tag and the entry in one round trip. On a
+// match, the fence is the holder's: an exclusive holder's RelCnt is its token.
+func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint64, bool, error) {
+	l := d.Client.Endpoint().Layout()
+	var tb [8]byte
+	var eb [16]byte
+	var b rdma.Batch
+	b.Read(l.OwnerAddr(entry), tb[:])
+	b.Read(l.EntryAddr(entry), eb[:])
+	if err := d.Client.Endpoint().Post(ctx, &b); err != nil {
+		return 0, false, err
 	}
-	return g
+	if err := b.FirstErr(); err != nil {
+		return 0, false, err
+	}
+	if binary.LittleEndian.Uint64(tb[:]) != tag {
+		return 0, false, nil
+	}
+	e := shiftlock.Entry(rdma.U128From(eb[:]))
+	return e.RelCnt() + 1, true, nil
+}
+
+func (m *Map) watchTag(ctx context.Context, stop context.CancelFunc, d *Domain, entry, tag uint64, shadow chan<- uint64) {
+	iv := time.Millisecond
+	t := time.NewTimer(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if fence, ok, err := m.matchTag(ctx, d, entry, tag); err == nil && ok {
+			shadow <- fence
+			stop()
+			return
+		}
+		if iv *= 2; iv > 50*time.Millisecond {
+			iv = 50 * time.Millisecond
+		}
+		t.Reset(iv)
+	}
+}
+
+func (m *Map) writeTag(ctx context.Context, g *grant, tag uint64) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], tag)
+	ep := g.dom.Client.Endpoint()
+	return ep.Write(context.WithoutCancel(ctx), ep.Layout().OwnerAddr(g.entry), b[:])
+}
+
+// heldAsShadow reports whether key has a shadow hold here.
+func (m *Map) heldAsShadow(key string) bool {
+	s := m.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.keys[key] {
+		if h.shadow() {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Map) find(key, token string) *hold {
@@ -396,6 +522,13 @@ func (m *Map) releaseGrant(g *grant) {
 		return
 	}
 	m.countExcl(g, -1)
+	if g.tagged {
+		// Clear the tag while still holding, so that no proxy can match it
+		// once the lock has moved on.
+		if err := m.writeTag(context.Background(), g, 0); err != nil {
+			m.log.Warn("owner tag not cleared", zap.Uint64("entry", g.entry), zap.Error(err))
+		}
+	}
 	if err := g.g.Release(context.Background()); err != nil {
 		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
 	}
@@ -403,7 +536,9 @@ func (m *Map) releaseGrant(g *grant) {
 
 func (m *Map) releaseHolds(hs []*hold) {
 	for _, h := range hs {
-		m.releaseGrant(h.g)
+		if !h.shadow() {
+			m.releaseGrant(h.g)
+		}
 	}
 }
 
@@ -489,10 +624,11 @@ func (s State) String() string {
 
 // Holder describes one hold of a key through this proxy.
 type Holder struct {
-	Token string
-	Mode  shiftlock.Mode
-	Fence uint64
-	TTL   time.Duration // remaining; 0 = no TTL
+	Token  string
+	Mode   shiftlock.Mode
+	Fence  uint64
+	TTL    time.Duration // remaining; 0 = no TTL
+	Shadow bool          // the lock itself is held through another proxy
 }
 
 // Info is what the proxy knows about a key.
@@ -524,7 +660,7 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 				ttl = time.Millisecond // expiring now; Redis would still show it
 			}
 		}
-		info.Holders = append(info.Holders, Holder{Token: h.token, Mode: h.mode, Fence: h.fence, TTL: ttl})
+		info.Holders = append(info.Holders, Holder{Token: h.token, Mode: h.mode, Fence: h.fence, TTL: ttl, Shadow: h.shadow()})
 	}
 	s.mu.Unlock()
 	if len(info.Holders) > 0 {

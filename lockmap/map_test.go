@@ -294,3 +294,63 @@ func TestLocateIsStable(t *testing.T) {
 		t.Fatalf("%d of 3000 keys moved, want about 1000", moved)
 	}
 }
+
+// TestSameTokenThroughTwoProxies is RedLock pointed at several proxies that
+// share a memory node: the same key and token through a second proxy is
+// answered as held (a shadow), with the holder's fence, while other tokens
+// stay out; releasing everywhere frees the lock.
+func TestSameTokenThroughTwoProxies(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	fa, ok, _ := a.Acquire(c, []string{"rl"}, "tok", excl(time.Minute, 0))
+	if !ok {
+		t.Fatal("acquire via a")
+	}
+	fb, ok, err := b.Acquire(c, []string{"rl"}, "tok", excl(time.Minute, 0))
+	if !ok || err != nil || fb[0] != fa[0] {
+		t.Fatalf("same token via b: ok=%v err=%v fence %v want %v", ok, err, fb, fa)
+	}
+	if _, ok, _ := b.Acquire(c, []string{"rl"}, "other", excl(time.Minute, 50*time.Millisecond)); ok {
+		t.Fatal("other token got a key shadowed here")
+	}
+	in, _ := b.Lookup(c, "rl")
+	if in.State != lockmap.HeldHere || !in.Holders[0].Shadow || in.Holders[0].Token != "tok" {
+		t.Fatalf("shadow lookup: %+v", in)
+	}
+	if !b.Release("rl", "tok") || !a.Release("rl", "tok") {
+		t.Fatal("release")
+	}
+	// The tag is gone with the holder: the same token is a new acquire now.
+	if f, ok, _ := b.Acquire(c, []string{"rl"}, "tok", excl(time.Minute, 0)); !ok || f[0] <= fa[0] {
+		t.Fatalf("fresh acquire after release: %v %v", f, ok)
+	}
+	if _, ok, _ := a.Acquire(c, []string{"rl"}, "tok", excl(time.Minute, 0)); !ok {
+		t.Fatal("shadow via a after b took it")
+	}
+}
+
+// TestShadowFoundWhileQueued covers the race where the second proxy asks
+// before the winner has written its tag: the waiter notices the tag.
+func TestShadowFoundWhileQueued(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	// A different token holds first; then, as it releases, "tok" wins via a
+	// while b is already queued for "tok".
+	if _, ok, _ := a.Acquire(c, []string{"q"}, "first", excl(time.Minute, 0)); !ok {
+		t.Fatal("setup")
+	}
+	res := make(chan bool)
+	go func() {
+		_, ok, _ := b.Acquire(c, []string{"q"}, "tok", excl(time.Minute, 2*time.Second))
+		res <- ok
+	}()
+	time.Sleep(30 * time.Millisecond)
+	go func() {
+		_, _, _ = a.Acquire(c, []string{"q"}, "tok", excl(time.Minute, 2*time.Second))
+	}()
+	time.Sleep(30 * time.Millisecond)
+	a.Release("q", "first")
+	if !<-res {
+		t.Fatal("queued acquire of the same token through b failed")
+	}
+}
