@@ -89,6 +89,13 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 	e.mn = newRPCConn(c, "memory node "+addr, e.log)
 	e.mn.unsolicited = e.onProbe
 	e.mn.start()
+	if e.timeout > 0 {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.watchdog()
+		}()
+	}
 
 	adv := cfg.Advertise
 	if adv == "" {
@@ -99,6 +106,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 		_ = ln.Close()
 		e.mn.fail(rdma.ErrClosed)
 		<-e.mn.exited
+		e.wg.Wait()
 		return nil, err
 	}
 	e.node, e.layout = rep.Node, rep.Layout
@@ -115,6 +123,23 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 		e.peers.accept()
 	}()
 	return e, nil
+}
+
+// watchdog enforces the default timeout on every connection of e.
+func (e *Endpoint) watchdog() {
+	t := time.NewTicker(min(max(e.timeout/8, 5*time.Millisecond), 250*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-e.mn.broken:
+			return
+		case now := <-t.C:
+			e.mn.expire(now)
+			for _, rc := range e.peers.conns() {
+				rc.expire(now)
+			}
+		}
+	}
 }
 
 // advertiseAddr is the listener's address as others can dial it.

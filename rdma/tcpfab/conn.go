@@ -2,11 +2,11 @@ package tcpfab
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -20,7 +20,8 @@ type call struct {
 	id   uint32
 	typ  uint8
 	done chan struct{} // receives one token when the reply is in
-	tmr  *time.Timer
+	// deadline (Unix ns, 0 for none) is when expire gives up on the call.
+	deadline int64
 
 	// Request. op doubles as the single verb's result; a Read's op.Buf is
 	// the caller's buffer, filled by the reader goroutine.
@@ -40,11 +41,7 @@ type call struct {
 	err       error  // the request failed as a whole
 }
 
-var callPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &call{done: make(chan struct{}, 1), tmr: t}
-}}
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func getCall(typ uint8) *call {
 	c := callPool.Get().(*call)
@@ -58,20 +55,24 @@ func putCall(c *call) {
 	c.req = nil
 	c.body = c.body[:0]
 	c.delivered, c.sendErr, c.err = false, nil, nil
+	c.deadline = 0
 	callPool.Put(c)
 }
 
 // rpcConn is the initiating side of a connection: to the memory node, or to
 // a peer for Sends. Requests from any goroutine are pipelined and matched to
-// replies by id on one reader goroutine.
+// replies by id. Replies are read by whichever waiting caller holds the
+// reader role (see reader.go), so that a caller alone on the connection is
+// woken by the network poller itself, as a plain blocking read would be.
 type rpcConn struct {
 	c    net.Conn
 	s    *sender
-	what string // names the far end in errors
+	fr   *frameReader // used only by the reader-role holder
+	what string       // names the far end in errors
 	log  *zap.Logger
 
 	// unsolicited handles frames the far end starts (probes). It runs on
-	// the reader goroutine and must not block.
+	// the reading goroutine and must not block.
 	unsolicited func(h header, body []byte) error
 
 	mu     sync.Mutex
@@ -79,17 +80,48 @@ type rpcConn struct {
 	next   uint32
 	err    error
 	broken chan struct{}
-	exited chan struct{}
+	exited chan struct{} // the idle reader has returned
+
+	flushNow chan struct{} // wakes the writer goroutine
+
+	role     atomic.Bool   // someone is reading
+	baton    chan struct{} // offers the free role to a waiting caller
+	activity atomic.Uint64 // bumped by every call; tells the idle reader to stay away
+	kicked   atomic.Bool   // a read deadline was set to interrupt the reader
+	woke     atomic.Int32  // calls the last leader completed
 }
 
 func newRPCConn(c net.Conn, what string, log *zap.Logger) *rpcConn {
 	return &rpcConn{
-		c: c, s: newSender(c), what: what, log: log,
+		c: c, s: newSender(c), fr: newFrameReader(c), what: what, log: log,
 		calls: make(map[uint32]*call), broken: make(chan struct{}), exited: make(chan struct{}),
+		flushNow: make(chan struct{}, 1), baton: make(chan struct{}, 1),
 	}
 }
 
-func (rc *rpcConn) start() { go rc.readLoop() }
+func (rc *rpcConn) start() {
+	go rc.idleReader()
+	go rc.writeLoop()
+}
+
+// writeLoop flushes on behalf of callers that are not alone on the
+// connection. It yields before writing so that the callers just woken by
+// replies get to queue their next requests first, and one write carries them
+// all: under load, syscalls per verb fall instead of staying at one.
+func (rc *rpcConn) writeLoop() {
+	for {
+		select {
+		case <-rc.flushNow:
+		case <-rc.broken:
+			return
+		}
+		runtime.Gosched()
+		if err := rc.s.flush(); err != nil {
+			rc.fail(rc.unreachable(err))
+			return
+		}
+	}
+}
 
 // fail breaks the connection: every pending and later call fails with err.
 // The first error wins.
@@ -125,10 +157,15 @@ func (rc *rpcConn) unreachable(err error) error {
 	return fmt.Errorf("%w: %s: %v", rdma.ErrUnreachable, rc.what, err)
 }
 
-// do sends c and waits for its reply. On return, c holds the reply; the
-// returned error is a transport failure, a cancellation or a timeout (it
-// does not include c.err). timeout applies when ctx has no deadline.
+// do sends c and waits for its reply. On return, c holds the reply and is
+// no longer referenced by the connection; the returned error is a transport
+// failure or a cancellation (c.err holds the request's own failure, or a
+// timeout). timeout applies when ctx has no deadline; expire enforces it.
 func (rc *rpcConn) do(ctx context.Context, c *call, timeout time.Duration) error {
+	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
+		c.deadline = time.Now().Add(timeout).UnixNano()
+	}
+	rc.activity.Add(1)
 	rc.mu.Lock()
 	if rc.err != nil {
 		err := rc.err
@@ -141,13 +178,24 @@ func (rc *rpcConn) do(ctx context.Context, c *call, timeout time.Duration) error
 	}
 	c.id = rc.next
 	rc.calls[c.id] = c
+	// Alone means nobody else is about to send either: the last reader
+	// woke no one but itself.
+	alone := len(rc.calls) == 1 && rc.woke.Load() <= 1
 	rc.mu.Unlock()
 
 	b, err := rc.s.lock()
 	if err == nil {
 		b = appendRequest(b, c)
 		rc.s.unlock(b)
-		err = rc.s.flush()
+		if alone {
+			// Nobody else is about to send: write now, the lowest latency.
+			err = rc.s.flush()
+		} else {
+			select {
+			case rc.flushNow <- struct{}{}:
+			default: // already signalled; that flush takes this frame too
+			}
+		}
 	}
 	if err != nil {
 		// The connection is dead; fail delivers our token too.
@@ -155,37 +203,43 @@ func (rc *rpcConn) do(ctx context.Context, c *call, timeout time.Duration) error
 		<-c.done
 		return c.err
 	}
-
-	var expire <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
-		c.tmr.Reset(timeout)
-		expire = c.tmr.C
-	}
-	select {
-	case <-c.done:
-		if expire != nil {
-			c.tmr.Stop()
-		}
+	if err := rc.await(ctx, c); err == nil {
 		return nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-expire:
-		err = fmt.Errorf("%w: %s: no reply within %v", rdma.ErrUnreachable, rc.what, timeout)
-	}
-	if expire != nil {
-		c.tmr.Stop()
 	}
 	rc.mu.Lock()
 	_, pending := rc.calls[c.id]
 	delete(rc.calls, c.id)
 	rc.mu.Unlock()
 	if pending {
-		return err
+		return ctx.Err()
 	}
-	// The reader already owns the call and is filling it in: its reply is
-	// the truth about what happened, so wait the moment it takes.
+	// A reader already owns the call and is filling it in: its reply is the
+	// truth about what happened, so wait the moment it takes.
 	<-c.done
 	return nil
+}
+
+// expire fails the calls whose deadline has passed. A periodic sweep
+// instead of a timer per call keeps timers (and the scheduler work they
+// cause) off the verb path; a timeout fires up to one sweep late.
+func (rc *rpcConn) expire(now time.Time) {
+	ns := now.UnixNano()
+	var late []*call
+	rc.mu.Lock()
+	for id, c := range rc.calls {
+		if c.deadline != 0 && ns > c.deadline {
+			delete(rc.calls, id)
+			late = append(late, c)
+		}
+	}
+	rc.mu.Unlock()
+	for _, c := range late {
+		c.err = fmt.Errorf("%w: %s: no reply in time", rdma.ErrUnreachable, rc.what)
+		c.done <- struct{}{}
+	}
+	if len(late) > 0 && rc.role.Load() {
+		rc.interrupt() // the reader may be one of them, blocked in a read
+	}
 }
 
 func appendRequest(b []byte, c *call) []byte {
@@ -205,27 +259,6 @@ func appendRequest(b []byte, c *call) []byte {
 	default:
 		b = appendHeader(b, header{Len: uint32(len(c.req)), Type: c.typ, ID: c.id})
 		return append(b, c.req...)
-	}
-}
-
-func (rc *rpcConn) readLoop() {
-	defer close(rc.exited)
-	fr := newFrameReader(rc.c)
-	for {
-		h, body, err := fr.next()
-		if err == nil {
-			err = rc.dispatch(h, body)
-		}
-		if err != nil {
-			rc.mu.Lock()
-			already := rc.err != nil
-			rc.mu.Unlock()
-			if !already && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				rc.log.Warn("tcpfab: closing connection", zap.String("peer", rc.what), zap.Error(err))
-			}
-			rc.fail(rc.unreachable(err))
-			return
-		}
 	}
 }
 

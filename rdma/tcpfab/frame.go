@@ -98,11 +98,18 @@ func endFrame(b []byte, start int) []byte {
 }
 
 // frameReader yields frames from a buffered stream. A body is valid until the
-// next call to next; small bodies are not copied out of the read buffer.
+// next call to next; bodies that fit the read buffer are not copied out of
+// it. A read that fails with a timeout (an interrupt) consumes nothing, so
+// next can be called again.
 type frameReader struct {
 	r       *bufio.Reader
-	discard int
+	discard int // the previous frame, still in the buffer
 	scratch []byte
+
+	// A body too big for the buffer, being read into scratch.
+	big    bool
+	bigHdr header
+	got    int
 }
 
 func newFrameReader(r io.Reader) *frameReader {
@@ -114,40 +121,68 @@ func (fr *frameReader) next() (header, []byte, error) {
 		_, _ = fr.r.Discard(fr.discard)
 		fr.discard = 0
 	}
+	if fr.big {
+		return fr.readBig()
+	}
 	hb, err := fr.r.Peek(headerSize)
 	if err != nil {
-		return header{}, nil, err
+		return header{}, nil, midFrame(err, fr.r.Buffered())
 	}
 	h, err := decodeHeader(hb)
 	if err != nil {
 		return header{}, nil, err
 	}
-	_, _ = fr.r.Discard(headerSize)
-	n := int(h.Len)
-	if n <= fr.r.Size() {
-		body, err := fr.r.Peek(n)
+	total := headerSize + int(h.Len)
+	if total <= fr.r.Size() {
+		p, err := fr.r.Peek(total)
 		if err != nil {
-			return header{}, nil, unexpected(err)
+			return header{}, nil, midFrame(err, 1)
 		}
-		fr.discard = n
-		return h, body, nil
+		fr.discard = total
+		return h, p[headerSize:], nil
 	}
-	if cap(fr.scratch) < n {
-		fr.scratch = make([]byte, n)
+	_, _ = fr.r.Discard(headerSize)
+	if cap(fr.scratch) < int(h.Len) {
+		fr.scratch = make([]byte, h.Len)
 	}
-	body := fr.scratch[:n]
-	if _, err := io.ReadFull(fr.r, body); err != nil {
-		return header{}, nil, unexpected(err)
-	}
-	return h, body, nil
+	fr.big, fr.bigHdr, fr.got = true, h, 0
+	return fr.readBig()
 }
 
-// buffered reports whether another frame may be read without blocking: the
-// signal to flush replies.
+func (fr *frameReader) readBig() (header, []byte, error) {
+	body := fr.scratch[:fr.bigHdr.Len]
+	n, err := io.ReadFull(fr.r, body[fr.got:])
+	fr.got += n
+	if err != nil {
+		return header{}, nil, midFrame(err, 1)
+	}
+	fr.big = false
+	return fr.bigHdr, body, nil
+}
+
+// complete reports whether a whole frame (or a framing error) is buffered,
+// so that next will not block.
+func (fr *frameReader) complete() bool {
+	if fr.discard > 0 {
+		_, _ = fr.r.Discard(fr.discard)
+		fr.discard = 0
+	}
+	if fr.big || fr.r.Buffered() < headerSize {
+		return false
+	}
+	hb, _ := fr.r.Peek(headerSize)
+	h, err := decodeHeader(hb)
+	return err != nil || fr.r.Buffered() >= headerSize+int(h.Len)
+}
+
+// buffered reports whether more input is buffered: the server's signal that
+// it is not yet time to flush replies.
 func (fr *frameReader) buffered() bool { return fr.r.Buffered() > fr.discard }
 
-func unexpected(err error) error {
-	if err == io.EOF {
+// midFrame turns an EOF inside a frame into ErrUnexpectedEOF; an EOF
+// between frames is a clean close.
+func midFrame(err error, buffered int) error {
+	if err == io.EOF && buffered > 0 {
 		return io.ErrUnexpectedEOF
 	}
 	return err

@@ -283,6 +283,19 @@ func (ps *peerSide) serveInbound(c net.Conn) {
 	}
 }
 
+// conns lists the live outbound connections.
+func (ps *peerSide) conns() []*rpcConn {
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	out := make([]*rpcConn, 0, len(ps.out))
+	for _, p := range ps.out {
+		if rc := p.rc.Load(); rc != nil {
+			out = append(out, rc)
+		}
+	}
+	return out
+}
+
 func (ps *peerSide) close() {
 	ps.mu.Lock()
 	ps.closed = true

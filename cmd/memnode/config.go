@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// config is the memory node's configuration: built-in defaults, then the
+// YAML file (-config), then flags given on the command line.
+type config struct {
+	Listen            string        `yaml:"listen"`
+	Entries           uint64        `yaml:"entries"`
+	Eras              uint64        `yaml:"eras"`
+	MaxNodes          int           `yaml:"max_nodes"`
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	DeadAfter         time.Duration `yaml:"dead_after"`
+	MetricsListen     string        `yaml:"metrics_listen"`
+	LogLevel          string        `yaml:"log_level"`
+
+	// StateDir and RestartGrace belong to the restart logic (generation
+	// persistence and the post-restart grace period, DESIGN.md §4). They
+	// are parsed and validated here so configs can carry them; this binary
+	// does not act on them yet (see the RESTART LOGIC marker in main.go).
+	StateDir     string        `yaml:"state_dir"`
+	RestartGrace time.Duration `yaml:"restart_grace"`
+
+	// CPUProfile (flag only) writes a CPU profile until shutdown.
+	CPUProfile string `yaml:"-"`
+}
+
+func defaultConfig() config {
+	return config{
+		Listen:            "127.0.0.1:7300",
+		Entries:           1 << 20,
+		Eras:              64,
+		MaxNodes:          4096,
+		HeartbeatInterval: 100 * time.Millisecond,
+		DeadAfter:         time.Second,
+		MetricsListen:     "127.0.0.1:9300",
+		LogLevel:          "info",
+	}
+}
+
+// parseConfig reads args (without the program name). Flags override the
+// file, and only the flags actually given do.
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("memnode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("config", "", "YAML config file (flags override it)")
+	var f config
+	fs.StringVar(&f.Listen, "listen", cfg.Listen, "address to serve verbs on (port 0 picks one; the actual address is printed)")
+	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries (16 bytes each)")
+	fs.Uint64Var(&f.Eras, "eras", cfg.Eras, "recovery era counters")
+	fs.IntVar(&f.MaxNodes, "max-nodes", cfg.MaxNodes, "largest NodeID (at most 65535)")
+	fs.DurationVar(&f.HeartbeatInterval, "heartbeat", cfg.HeartbeatInterval, "how often members heartbeat")
+	fs.DurationVar(&f.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a member is declared dead and fenced")
+	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
+	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&f.StateDir, "state-dir", "", "directory for restart state (used by the restart logic)")
+	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for this long after a restart (used by the restart logic)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *file != "" {
+		if err := loadFile(*file, &cfg); err != nil {
+			return config{}, err
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "listen":
+			cfg.Listen = f.Listen
+		case "entries":
+			cfg.Entries = f.Entries
+		case "eras":
+			cfg.Eras = f.Eras
+		case "max-nodes":
+			cfg.MaxNodes = f.MaxNodes
+		case "heartbeat":
+			cfg.HeartbeatInterval = f.HeartbeatInterval
+		case "dead-after":
+			cfg.DeadAfter = f.DeadAfter
+		case "metrics":
+			cfg.MetricsListen = f.MetricsListen
+		case "log-level":
+			cfg.LogLevel = f.LogLevel
+		case "state-dir":
+			cfg.StateDir = f.StateDir
+		case "restart-grace":
+			cfg.RestartGrace = f.RestartGrace
+		}
+	})
+	return cfg, cfg.validate()
+}
+
+func loadFile(path string, cfg *config) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true) // a misspelt key is an error, not a silent default
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Listen == "":
+		return errors.New("listen address is required")
+	case c.Entries == 0:
+		return errors.New("entries must be positive")
+	case c.Eras == 0:
+		return errors.New("eras must be positive")
+	case c.MaxNodes <= 0 || c.MaxNodes > 65535:
+		return fmt.Errorf("max_nodes %d is outside 1..65535", c.MaxNodes)
+	case c.HeartbeatInterval <= 0:
+		return errors.New("heartbeat_interval must be positive")
+	case c.DeadAfter <= c.HeartbeatInterval:
+		return fmt.Errorf("dead_after (%v) must exceed heartbeat_interval (%v)", c.DeadAfter, c.HeartbeatInterval)
+	case c.RestartGrace < 0:
+		return errors.New("restart_grace must not be negative")
+	}
+	return nil
+}

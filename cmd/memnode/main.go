@@ -1,0 +1,149 @@
+// Command memnode is the standalone lock-table host: it registers the lock
+// table, the era counters and the node table, and serves them to proxies
+// over the TCP soft-NIC (rdma/tcpfab).
+//
+//	memnode -config configs/memnode.yaml -listen 0.0.0.0:7300
+//
+// On startup it prints "memnode listening on ADDR" (and "metrics on ADDR")
+// to stdout with the actual addresses, so a port of 0 can be used. SIGTERM or
+// SIGINT stops it gracefully: it stops accepting, closes every connection and
+// exits 0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "memnode:", err)
+		return 2
+	}
+	log, err := newLogger(cfg.LogLevel, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "memnode:", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Error("cpuprofile", zap.Error(err))
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	mcfg := memnode.Config{
+		Entries:           cfg.Entries,
+		Eras:              cfg.Eras,
+		MaxNodes:          cfg.MaxNodes,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		DeadAfter:         cfg.DeadAfter,
+		Logger:            log,
+	}
+	// RESTART LOGIC: generation persistence hooks in here. With
+	// cfg.StateDir set it is to load the previous generation, set
+	// mcfg.Generation and mcfg.RelBase, and hold joins off until
+	// mcfg.GraceUntil = now + cfg.RestartGrace (DESIGN.md §4). Until then
+	// every start is a fresh generation 1 and both keys are inert.
+	if cfg.StateDir != "" || cfg.RestartGrace != 0 {
+		log.Warn("state_dir and restart_grace are accepted but not acted on by this build",
+			zap.String("state_dir", cfg.StateDir), zap.Duration("restart_grace", cfg.RestartGrace))
+	}
+	host := memnode.New(mcfg)
+	defer host.Close()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("listen", zap.Error(err))
+		return 1
+	}
+	srv := tcpfab.NewServer(host, log)
+
+	var metrics *http.Server
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			_ = ln.Close()
+			log.Error("metrics listen", zap.Error(err))
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(registry(host), promhttp.HandlerOpts{}))
+		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", zap.Error(err))
+			}
+		}()
+		log.Info("metrics on", zap.String("addr", mln.Addr().String()))
+		fmt.Fprintf(stdout, "metrics on %s\n", mln.Addr())
+	}
+
+	log.Info("memnode listening", zap.String("addr", ln.Addr().String()),
+		zap.Uint64("entries", cfg.Entries), zap.Uint64("eras", cfg.Eras), zap.Int("max_nodes", cfg.MaxNodes),
+		zap.Duration("heartbeat_interval", cfg.HeartbeatInterval), zap.Duration("dead_after", cfg.DeadAfter))
+	fmt.Fprintf(stdout, "memnode listening on %s\n", ln.Addr())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-served:
+		log.Error("serve", zap.Error(err))
+		code = 1
+	}
+	_ = srv.Close()
+	if metrics != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = metrics.Shutdown(sctx)
+		cancel()
+	}
+	return code
+}
+
+func newLogger(level string, out io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(out)), lvl)
+	return zap.New(core), nil
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// registry holds what /metrics exports: the verbs that reached this memory
+// node (the paper's Fig. 6 counts) and its control-path events.
+func registry(host *memnode.Server) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	col := rdma.NewCollector()
+	col.Add("memnode", func() rdma.NodeID { return 0 }, host.Counters())
+	st := host.Stats()
+	reg.MustRegister(
+		col,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "memnode_members", Help: "Live member nodes.",
+		}, func() float64 { return float64(len(host.Members())) }),
+		counterFunc("memnode_joins_total", "Nodes that joined.", st.Joins.Load),
+		counterFunc("memnode_leaves_total", "Nodes that left.", st.Leaves.Load),
+		counterFunc("memnode_deaths_total", "Nodes declared dead after missing heartbeats.", st.Deaths.Load),
+	)
+	recoveries := []struct {
+		result string
+		load   func() uint64
+	}{
+		{"done", st.Recoveries.Load},
+		{"stale", st.RecoveriesStale.Load},
+		{"refused", st.RecoveriesRef.Load},
+	}
+	for _, r := range recoveries {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "memnode_recoveries_total",
+			Help:        "Recovery requests by result.",
+			ConstLabels: prometheus.Labels{"result": r.result},
+		}, func() float64 { return float64(r.load()) }))
+	}
+	return reg
+}
+
+func counterFunc(name, help string, load func() uint64) prometheus.CounterFunc {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+		func() float64 { return float64(load()) })
+}
