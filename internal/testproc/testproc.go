@@ -1,0 +1,266 @@
+// Package testproc starts the project's real binaries and real third-party
+// servers (redis-server) as processes for integration tests, and stops them
+// when the test ends. Nothing here is a mock: tests that use it exercise
+// exactly what a user runs.
+package testproc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]error{}
+)
+
+// Root is the module root.
+func Root() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Bin builds cmd/<name> once per test process and returns its path.
+func Bin(t testing.TB, name string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "shiftlock-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = dir
+	}
+	err, done := built[name]
+	if !done {
+		root, rerr := Root()
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, name), "./cmd/"+name)
+		cmd.Dir = root
+		if out, cerr := cmd.CombinedOutput(); cerr != nil {
+			err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, cerr, out)
+		}
+		built[name] = err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(buildDir, name)
+}
+
+// Proc is a running process.
+type Proc struct {
+	Name string
+	Cmd  *exec.Cmd
+	// Addr is the address the process said it listens on.
+	Addr string
+	log  *lineLog
+	done chan struct{}
+	err  error
+}
+
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) add(s string) {
+	l.mu.Lock()
+	if len(l.lines) < 5000 {
+		l.lines = append(l.lines, s)
+	}
+	l.mu.Unlock()
+}
+
+func (l *lineLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// Output is what the process printed so far (stdout and stderr).
+func (p *Proc) Output() string { return p.log.String() }
+
+// Start runs bin with args and waits until a line matching ready appears on
+// stdout; its first submatch becomes Addr. The process is killed when t ends.
+func Start(t testing.TB, name, bin string, args []string, ready *regexp.Regexp) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, Cmd: exec.Command(bin, args...), log: &lineLog{}, done: make(chan struct{})}
+	stdout, _ := p.Cmd.StdoutPipe()
+	stderr, _ := p.Cmd.StderrPipe()
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	addr := make(chan string, 1)
+	var wg sync.WaitGroup
+	scan := func(r io.Reader, watch bool) {
+		defer wg.Done()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.log.add(line)
+			if watch {
+				if m := ready.FindStringSubmatch(line); m != nil {
+					select {
+					case addr <- m[len(m)-1]:
+					default:
+					}
+				}
+			}
+		}
+	}
+	wg.Add(2)
+	go scan(stdout, true)
+	go scan(stderr, false)
+	go func() {
+		wg.Wait()
+		p.err = p.Cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("--- %s output ---\n%s", name, tail(p.Output(), 60))
+		}
+	})
+	select {
+	case p.Addr = <-addr:
+		return p
+	case <-p.done:
+		t.Fatalf("%s exited before it was ready: %v\n%s", name, p.err, p.Output())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s not ready after 30s\n%s", name, p.Output())
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) {
+	if p.Cmd.Process != nil {
+		_ = p.Cmd.Process.Signal(sig)
+	}
+}
+
+// Kill is kill -9, and waits for the process to be gone.
+func (p *Proc) Kill() {
+	p.Signal(syscall.SIGCONT) // a stopped process cannot die otherwise
+	p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits up to d for a clean exit, returning its error.
+func (p *Proc) Stop(d time.Duration) error {
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(d):
+		p.Kill()
+		return fmt.Errorf("%s did not exit within %v of SIGTERM", p.Name, d)
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+var (
+	memnodeReady = regexp.MustCompile(`memnode listening on (\S+)`)
+	proxyReady   = regexp.MustCompile(`proxy listening on (\S+)`)
+)
+
+// Memnode starts cmd/memnode on a free loopback port.
+func Memnode(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, args...)
+	return Start(t, "memnode", Bin(t, "memnode"), args, memnodeReady)
+}
+
+// Proxy starts cmd/proxy on a free loopback port.
+func Proxy(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, args...)
+	return Start(t, "proxy", Bin(t, "proxy"), args, proxyReady)
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Redis starts a real redis-server with persistence off on a free port. It
+// fails the test if redis-server is missing: `make test` installs it.
+func Redis(t testing.TB, extra ...string) *Proc {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server not found (make test installs it: scripts/install-deps.sh)")
+	}
+	port := FreePort(t)
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, extra...)
+	ready := regexp.MustCompile(`Ready to accept connections`)
+	p := Start(t, "redis-server", bin, args, ready)
+	p.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	return p
+}
+
+// WaitTCP waits until addr accepts connections.
+func WaitTCP(ctx context.Context, addr string) error {
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

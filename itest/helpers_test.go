@@ -1,0 +1,33 @@
+package itest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func client(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// cluster is one memnode process with n proxy processes joined to it.
+func cluster(t *testing.T, n int, proxyArgs ...string) (*testproc.Proc, []*testproc.Proc) {
+	mn := testproc.Memnode(t, "-entries", "65536")
+	var ps []*testproc.Proc
+	for i := 0; i < n; i++ {
+		ps = append(ps, testproc.Proxy(t, append([]string{"-memnode", mn.Addr}, proxyArgs...)...))
+	}
+	return mn, ps
+}
