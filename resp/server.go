@@ -210,7 +210,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &limitConn{Conn: c, max: l.max}, nil
+	return &limitConn{Conn: c, max: l.max, g: newGuard(maxArgs, int64(l.max), l.max)}, nil
 }
 
 // limitConn bounds what the server buffers for one connection: bytes read
@@ -223,9 +223,14 @@ type limitConn struct {
 	max      int
 	read     int64
 	consumed int64
+	g        *guard
 }
 
 var errTooLarge = errors.New("command too large")
+
+// maxArgs bounds the arguments of one command; the largest lock command is a
+// multi-key script, far below this.
+const maxArgs = 1 << 16
 
 func (c *limitConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -233,6 +238,10 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	if c.read-c.consumed > int64(c.max) {
 		fmt.Fprintf(c.Conn, "-ERR command exceeds %d bytes, the proxy's limit\r\n", c.max)
 		return 0, errTooLarge
+	}
+	if gerr := c.g.feed(p[:n]); gerr != nil {
+		fmt.Fprintf(c.Conn, "-ERR %s\r\n", oneLine(gerr.Error()))
+		return 0, gerr
 	}
 	return n, err
 }

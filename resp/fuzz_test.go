@@ -1,0 +1,177 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tidwall/redcon"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// testServer is a Server over an embedded memory node, without a network.
+func testServer(tb testing.TB, password string) (*Server, *observer.ObservedLogs) {
+	tb.Helper()
+	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+	tb.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("fuzz")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := lockmap.New([]*lockmap.Domain{{Name: "embedded", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
+	tb.Cleanup(m.Close)
+	core, logs := observer.New(zapcore.ErrorLevel)
+	s := New(Config{Map: m, Password: password, Logger: zap.New(core), MaxValueBytes: 256,
+		Wait: lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: time.Millisecond}}}})
+	return s, logs
+}
+
+func newConn(s *Server) *connState {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	return &connState{id: s.nextID.Add(1), authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
+}
+
+// readValue consumes one RESP2/RESP3 value from r, or fails.
+func readValue(r *bufio.Reader) error {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return fmt.Errorf("bad line %q", line)
+	}
+	body := line[1 : len(line)-2]
+	switch line[0] {
+	case '+', '-', ':', '_':
+		return nil
+	case '$', '=':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return fmt.Errorf("bad length %q", body)
+		}
+		if n < 0 {
+			return nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := r.Read(buf); err != nil {
+			return err
+		}
+		if string(buf[n:]) != "\r\n" {
+			return fmt.Errorf("bulk of %d not terminated", n)
+		}
+		return nil
+	case '*', '%':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return fmt.Errorf("bad count %q", body)
+		}
+		if line[0] == '%' {
+			n *= 2
+		}
+		for i := 0; i < n; i++ {
+			if err := readValue(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown type %q", line[0])
+}
+
+// FuzzCommand sends arbitrary RESP through the command layer: no input may
+// panic, and every reply must be exactly one well-formed value.
+func FuzzCommand(f *testing.F) {
+	for _, seed := range []string{
+		"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n$2\r\nPX\r\n",
+		"*6\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nex\r\n$1\r\n8\r\n$2\r\nnx\r\n",
+		"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+		"*3\r\n$7\r\nPEXPIRE\r\n$1\r\nk\r\n$2\r\n-1\r\n",
+		"*4\r\n$4\r\nEVAL\r\n$6\r\nreturn\r\n$1\r\n9\r\n$1\r\nk\r\n",
+		"*3\r\n$7\r\nEVALSHA\r\n$40\r\n0000000000000000000000000000000000000000\r\n$2\r\n-1\r\n",
+		"*7\r\n$12\r\nLOCK.ACQUIRE\r\n$1\r\nk\r\n$1\r\nt\r\n$6\r\nSHARED\r\n$2\r\nPX\r\n$2\r\n10\r\n$4\r\nWAIT\r\n",
+		"*2\r\n$9\r\nLOCK.INFO\r\n$1\r\nk\r\n",
+		"*4\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$4\r\nAUTH\r\n$1\r\nx\r\n",
+		"*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$3\r\na b\r\n",
+		"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$3\r\nfoo\r\n",
+		"*2\r\n$4\r\nINFO\r\n$5\r\nlocks\r\n",
+		"*1\r\n$7\r\nCOMMAND\r\n",
+		"PING\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	s, logs := testServer(f, "")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// As on a connection: the guard sees the bytes before redcon does.
+		if newGuard(maxArgs, 1<<20, 1<<20).feed(data) != nil {
+			return
+		}
+		cmds, err := redcon.NewReader(bytes.NewReader(data)).ReadCommands()
+		if err != nil {
+			return // the framing itself is redcon's; it rejects with an error
+		}
+		st := newConn(s)
+		defer st.cancel()
+		for _, cmd := range cmds {
+			st.w.resp3 = st.resp3
+			st.w.reset()
+			s.exec(st, cmd.Args)
+			if len(st.w.b) == 0 {
+				t.Fatalf("no reply to %q", cmd.Args)
+			}
+			r := bufio.NewReader(bytes.NewReader(st.w.b))
+			if err := readValue(r); err != nil {
+				t.Fatalf("malformed reply %q to %q: %v", st.w.b, cmd.Args, err)
+			}
+			if rest, _ := r.Peek(1); len(rest) > 0 {
+				t.Fatalf("reply %q to %q has trailing bytes", st.w.b, cmd.Args)
+			}
+		}
+		if logs.Len() > 0 {
+			t.Fatalf("a command panicked: %v", logs.All()[0].ContextMap())
+		}
+	})
+}
+
+// FuzzGuard: the framing guard never panics, and what it accepts in one
+// piece it also accepts fed byte by byte (its state carries across reads).
+func FuzzGuard(f *testing.F) {
+	f.Add([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n"))
+	f.Add([]byte("*3000000000\r\n$2\r\n-1\r0"))
+	f.Add([]byte("*1\r\n$-1\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		whole := newGuard(64, 1<<10, 1<<10).feed(data)
+		g := newGuard(64, 1<<10, 1<<10)
+		var bytewise error
+		for i := range data {
+			if bytewise = g.feed(data[i : i+1]); bytewise != nil {
+				break
+			}
+		}
+		if (whole == nil) != (bytewise == nil) {
+			t.Fatalf("whole: %v, byte by byte: %v", whole, bytewise)
+		}
+	})
+}
+
+func TestGuardRejectsHugeCounts(t *testing.T) {
+	for _, bad := range []string{"*3000000000\r\n", "*2\r\n$99999999999\r\n", "*1\r\n+x\r\n", "*0\r\n", "*-5\r\n", "*1\r\n$3\r\nabc\r\n*x"} {
+		if err := newGuard(maxArgs, 1<<20, 1<<20).feed([]byte(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	good := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\nPING\r\n\r\n*1\r\n$4\r\nPING\r\n"
+	if err := newGuard(maxArgs, 1<<20, 1<<20).feed([]byte(good)); err != nil {
+		t.Errorf("rejected a valid stream: %v", err)
+	}
+}

@@ -1,0 +1,138 @@
+package resp
+
+import (
+	"errors"
+	"fmt"
+)
+
+// guard validates the RESP framing of a client's byte stream before redcon
+// parses it. redcon trusts the counts it reads: a multibulk count of 3e9 in
+// a few bytes makes it loop over the count on every read, burning seconds
+// of CPU per packet. The guard follows the framing incrementally, byte by
+// byte, and rejects counts and lengths beyond the server's limits, and
+// anything that is not RESP or an inline command, before redcon sees them.
+type guard struct {
+	maxArgs int64
+	maxBulk int64
+	maxLine int
+	state   gstate
+	num     int64 // number being read
+	neg     bool
+	digits  int
+	args    int64 // arguments left in the current multibulk
+	skip    int64 // bulk bytes (plus CRLF) left to skip
+	lineLen int   // length of the current inline command
+	sawCR   bool
+}
+
+type gstate uint8
+
+const (
+	gStart    gstate = iota // at a command boundary
+	gCount                  // reading "*<count>"
+	gBulkHdr                // expecting '$'
+	gBulkLen                // reading "$<len>"
+	gBulkBody               // skipping the bulk and its CRLF
+	gInline                 // an inline command, up to '\n'
+)
+
+var errFraming = errors.New("protocol error")
+
+func newGuard(maxArgs int64, maxBulk int64, maxLine int) *guard {
+	return &guard{maxArgs: maxArgs, maxBulk: maxBulk, maxLine: maxLine}
+}
+
+// feed checks p, continuing from where the previous call stopped.
+func (g *guard) feed(p []byte) error {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch g.state {
+		case gStart:
+			switch c {
+			case '*':
+				g.state, g.num, g.neg, g.digits = gCount, 0, false, 0
+			case '\r', '\n':
+				// blank lines between commands are harmless
+			default:
+				g.state, g.lineLen = gInline, 1
+			}
+		case gInline:
+			if c == '\n' {
+				g.state = gStart
+				continue
+			}
+			if g.lineLen++; g.lineLen > g.maxLine {
+				return fmt.Errorf("%w: inline command longer than %d bytes", errFraming, g.maxLine)
+			}
+		case gCount, gBulkLen:
+			if err := g.number(c); err != nil {
+				return err
+			}
+			if !g.sawCR || c != '\n' {
+				continue
+			}
+			g.sawCR = false
+			n := g.num
+			if g.neg {
+				n = -n
+			}
+			if g.state == gCount {
+				if n <= 0 || n > g.maxArgs {
+					return fmt.Errorf("%w: %d arguments (limit %d)", errFraming, n, g.maxArgs)
+				}
+				g.args, g.state = n, gBulkHdr
+				continue
+			}
+			if n < 0 || n > g.maxBulk {
+				return fmt.Errorf("%w: bulk of %d bytes (limit %d)", errFraming, n, g.maxBulk)
+			}
+			g.skip, g.state = n+2, gBulkBody
+		case gBulkHdr:
+			if c != '$' {
+				return fmt.Errorf("%w: expected '$', got %q", errFraming, c)
+			}
+			g.state, g.num, g.neg, g.digits = gBulkLen, 0, false, 0
+		case gBulkBody:
+			// Skip as much of the body as this read holds at once.
+			take := int64(len(p) - i)
+			if take > g.skip {
+				take = g.skip
+			}
+			i += int(take) - 1
+			if g.skip -= take; g.skip == 0 {
+				if g.args--; g.args == 0 {
+					g.state = gStart
+				} else {
+					g.state = gBulkHdr
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// number accumulates the digits of a count or length line; sawCR marks the
+// CR that must come before its LF.
+func (g *guard) number(c byte) error {
+	switch {
+	case g.sawCR:
+		if c != '\n' {
+			return fmt.Errorf("%w: expected LF after CR", errFraming)
+		}
+	case c == '\r':
+		if g.digits == 0 {
+			return fmt.Errorf("%w: empty number", errFraming)
+		}
+		g.sawCR = true
+	case c == '-' && g.digits == 0 && !g.neg:
+		g.neg = true
+	case c >= '0' && c <= '9':
+		if g.digits++; g.digits > 18 {
+			return fmt.Errorf("%w: number too long", errFraming)
+		}
+		g.num = g.num*10 + int64(c-'0')
+	default:
+		return fmt.Errorf("%w: bad character %q in a number", errFraming, c)
+	}
+	return nil
+}
