@@ -25,11 +25,12 @@ vet:
 # friends when missing (as root, via apt).
 test: deps vet build
 	$(GO) test -race -timeout 12m $(PKGS)
+	cd itest/redislock010 && $(GO) test -race -timeout 5m ./...
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 
 # Each fuzz target runs for FUZZTIME (default 10s). Listed by package.
 fuzz:
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./itest/'); do \
 	  d=$$(dirname $$f); \
 	  for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
 	    echo "fuzz $$d $$t ($(FUZZTIME))"; \

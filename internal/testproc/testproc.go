@@ -28,17 +28,25 @@ var (
 	built    = map[string]error{}
 )
 
-// Root is the module root.
+// Root is the directory of the shiftlock-proxy module, found by walking up
+// from the working directory, so that tests in nested modules (which pin
+// other versions of client libraries) build the same binaries.
 func Root() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside the module")
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			strings.Contains(string(b), "module github.com/shiftlock/shiftlock-proxy\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("the shiftlock-proxy module is not above %s", dir)
+		}
+		dir = parent
 	}
-	return filepath.Dir(mod), nil
 }
 
 // Bin builds cmd/<name> once per test process and returns its path.
