@@ -23,6 +23,10 @@ type config struct {
 	DeadAfter         time.Duration `yaml:"dead_after"`
 	MetricsListen     string        `yaml:"metrics_listen"`
 	LogLevel          string        `yaml:"log_level"`
+	// PaperRecovery selects memnode.Config.PaperRecovery: ShiftLock §3.6's
+	// recovery as written, for microbenchmarks with microsecond critical
+	// sections only (lockbench -fail-rate). Never for the proxy.
+	PaperRecovery bool `yaml:"paper_recovery"`
 
 	// StateDir and RestartGrace belong to the restart logic (generation
 	// persistence and the post-restart grace period, DESIGN.md §4). They
@@ -64,6 +68,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&f.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a member is declared dead and fenced")
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
 	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.BoolVar(&f.PaperRecovery, "paper-recovery", false, "recover entries as ShiftLock §3.6 does, without probing members (microbenchmarks only)")
 	fs.StringVar(&f.StateDir, "state-dir", "", "directory for restart state (used by the restart logic)")
 	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for this long after a restart (used by the restart logic)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
@@ -96,6 +101,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.MetricsListen = f.MetricsListen
 		case "log-level":
 			cfg.LogLevel = f.LogLevel
+		case "paper-recovery":
+			cfg.PaperRecovery = f.PaperRecovery
 		case "state-dir":
 			cfg.StateDir = f.StateDir
 		case "restart-grace":

@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		MaxNodes:          cfg.MaxNodes,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		DeadAfter:         cfg.DeadAfter,
+		PaperRecovery:     cfg.PaperRecovery,
 		Logger:            log,
 	}
 	// RESTART LOGIC: generation persistence hooks in here. With
@@ -114,7 +115,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	log.Info("memnode listening", zap.String("addr", ln.Addr().String()),
 		zap.Uint64("entries", cfg.Entries), zap.Uint64("eras", cfg.Eras), zap.Int("max_nodes", cfg.MaxNodes),
-		zap.Duration("heartbeat_interval", cfg.HeartbeatInterval), zap.Duration("dead_after", cfg.DeadAfter))
+		zap.Duration("heartbeat_interval", cfg.HeartbeatInterval), zap.Duration("dead_after", cfg.DeadAfter),
+		zap.Bool("paper_recovery", cfg.PaperRecovery))
 	fmt.Fprintf(stdout, "memnode listening on %s\n", ln.Addr())
 
 	served := make(chan error, 1)
