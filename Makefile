@@ -38,6 +38,18 @@ fuzz:
 	  done; \
 	done
 
+# The standalone memory node alone (`build` builds it too).
+.PHONY: memnode
+memnode:
+	$(GO) build -o $(BIN)/memnode ./cmd/memnode
+
+# Fabric microbenchmarks: memfab in-process and tcpfab against a real memnode
+# process, next to a bare TCP echo; every cell is the median of 3 runs.
+# Results go to docs/benchmarks.md ("## Fabric").
+bench-fabric: memnode
+	$(GO) build -o $(BIN)/fabricbench ./cmd/fabricbench
+	$(BIN)/fabricbench -memnode $(BIN)/memnode -runs 3
+
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(PKGS)
