@@ -141,6 +141,11 @@ type AcquireOptions struct {
 	// Reentrant: a key already held exclusively by the same token counts as
 	// acquired, and its TTL is reset (bsm/redislock and redis-py semantics).
 	Reentrant bool
+	// Queue, if set, is called when the acquire is about to queue behind a
+	// holder; the context it returns governs the wait, and stop is called
+	// when the wait is over. The proxy uses it to notice a client that hangs
+	// up while queued without watching every uncontended acquire.
+	Queue func(ctx context.Context) (qctx context.Context, stop func())
 }
 
 // Acquire takes every key for token, all or nothing, in a global order
@@ -231,7 +236,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		if byEntry[k] != nil {
 			continue
 		}
-		g, fence, waited, err := m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag)
+		g, fence, waited, err := m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
 		queued = queued || waited
 		if err != nil || (g == nil && fence == 0) {
 			undo()
@@ -335,7 +340,8 @@ func fenceOf(g shiftlock.Grant) uint64 { return g.Token() + 1 }
 // and token through another proxy) yields a shadow: no grant, and the
 // holder's fence. Neither a grant nor a shadow, with no error, means "held
 // for the whole budget".
-func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time, tag uint64) (shiftlock.Grant, uint64, bool, error) {
+func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time, tag uint64,
+	queue func(context.Context) (context.Context, func())) (shiftlock.Grant, uint64, bool, error) {
 	if d.Lease != nil {
 		if err := d.Lease.Valid(); err != nil {
 			return nil, 0, false, err
@@ -363,6 +369,11 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	}
 	if deadline.IsZero() {
 		return nil, 0, false, nil
+	}
+	if queue != nil {
+		qctx, stop := queue(ctx)
+		defer stop()
+		ctx = qctx
 	}
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()

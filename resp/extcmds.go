@@ -62,6 +62,7 @@ func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
 		wait = s.cfg.Wait.Budget(key, opt.TTL)
 	}
 	opt.Wait = wait
+	opt.Queue = st.queue
 	fences, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
 	switch {
 	case err != nil:

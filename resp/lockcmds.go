@@ -119,7 +119,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 		return
 	}
 	key, token := string(args[1]), string(args[2])
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl)}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl), Queue: st.queue}
 	_, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
 	switch {
 	case err != nil:

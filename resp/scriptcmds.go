@@ -15,6 +15,7 @@ import (
 // behalf of one connection.
 type scriptOps struct {
 	s   *Server
+	st  *connState
 	ctx context.Context
 }
 
@@ -36,7 +37,7 @@ func (o scriptOps) Acquire(keys []string, token string, ttl time.Duration, reent
 	if len(keys) == 0 {
 		return true, nil
 	}
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.Budget(keys[0], ttl)}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.Budget(keys[0], ttl), Queue: o.st.queue}
 	_, ok, err := o.s.cfg.Map.Acquire(o.ctx, keys, token, opt)
 	return ok, err
 }
@@ -90,7 +91,7 @@ func (s *Server) runScript(st *connState, sc *Script, rest [][]byte) {
 		st.w.err(e)
 		return
 	}
-	st.w.reply(sc.Exec(scriptOps{s, st.ctx}, keys, argv))
+	st.w.reply(sc.Exec(scriptOps{s, st, st.ctx}, keys, argv))
 }
 
 func (s *Server) remember(sha string, sc *Script) {

@@ -107,6 +107,15 @@ type connState struct {
 	cancel  context.CancelFunc
 }
 
+// queue is the lockmap Queue hook: while this connection's command waits in
+// a lock's queue, a client hang-up cancels the wait.
+func (st *connState) queue(ctx context.Context) (context.Context, func()) {
+	if st.lim == nil {
+		return ctx, func() {}
+	}
+	return watchHangup(ctx, st.lim.Conn)
+}
+
 func (s *Server) accept(c redcon.Conn) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &connState{id: s.nextID.Add(1), authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
