@@ -66,6 +66,9 @@ func FuzzFrame(f *testing.F) {
 // checkOps decodes body as request ops and, if that succeeds, checks that
 // encoding them again gives back body.
 func checkOps(t *testing.T, h header, body []byte) {
+	if int(h.Count)*minOpSize > len(body) {
+		return // the server refuses these before decoding
+	}
 	d := decoder{b: body}
 	ops := make([]wireOp, h.Count)
 	for i := range ops {

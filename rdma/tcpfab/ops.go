@@ -10,8 +10,10 @@ import (
 // Verb encoding inside tVerb and tBatch frames; see PROTOCOL.md.
 
 const (
-	opFixed  = 12 // verb, flags, region, offset
-	flagWide = 1
+	opFixed = 12 // verb, flags, region, offset
+	// minOpSize is the smallest encoded op (a read or an empty write).
+	minOpSize = opFixed + 4
+	flagWide  = 1
 
 	statusOK  = 0
 	statusErr = 1

@@ -156,6 +156,8 @@ func TestBadInput(t *testing.T) {
 		r.expectError(17, rdma.ErrBadRequest)
 		r.send(frame(tRecover, 0, 18, []byte{1, 2, 3}))
 		r.expectError(18, rdma.ErrBadRequest)
+		r.send(frame(tBatch, maxBatch, 19, nil)) // a count the body cannot hold
+		r.expectError(19, rdma.ErrBadRequest)
 
 		// Per-verb errors come back as verb results.
 		for i, tc := range []struct {

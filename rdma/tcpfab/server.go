@@ -324,6 +324,12 @@ func (sc *sconn) verbs(h header, body []byte) {
 		sc.replyErr(h.ID, err)
 		return
 	}
+	if n*minOpSize > len(body) {
+		// Checked before sizing the scratch space by a count nobody
+		// vouched for.
+		sc.replyErr(h.ID, fmt.Errorf("%w: %d verbs in %d bytes", rdma.ErrBadRequest, n, len(body)))
+		return
+	}
 	if cap(sc.ops) < n {
 		sc.ops = make([]wireOp, n)
 	}
