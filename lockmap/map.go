@@ -26,6 +26,10 @@ type Domain struct {
 	Name   string
 	Client *shiftlock.Client
 	Lease  *Lease // nil: no liveness checks (tests)
+	// Solo: no other proxy can join this memory node (it is embedded in
+	// this process), so owner tags, which only other proxies read, are
+	// neither written nor read.
+	Solo bool
 }
 
 // Config configures a Map.
@@ -221,7 +225,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	}
 	// Owner tags identify a single key's exclusive holder across proxies.
 	var tag uint64
-	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive {
+	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive && !fresh[0].dom.Solo {
 		tag = ownerTag(keys[0], token)
 		if m.heldAsShadow(keys[0]) {
 			// Another token holds it through another proxy and through us,

@@ -4,56 +4,92 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// watchHangup returns a context that ends when the client closes its side of
-// the connection, for the time a command is queued for a lock (DESIGN §3: a
-// waiter whose client is gone finishes in the background and releases at
-// once, instead of keeping a lock nobody will release for its whole TTL).
+// hangups notices clients that close their connection while a command of
+// theirs is queued for a lock (DESIGN §3: such a waiter finishes in the
+// background and releases at once, rather than keep a lock nobody will
+// release for its whole TTL).
 //
-// It peeks at the socket without consuming anything: redcon's reader is
-// parked in our handler, and pipelined commands must stay in the kernel
-// buffer for it. A readable socket with data means the client is alive and
-// has more to say; zero bytes means it hung up.
-func watchHangup(parent context.Context, c net.Conn) (context.Context, func()) {
+// One goroutine peeks at every waiting connection's socket every tick,
+// without consuming anything and without blocking: redcon's reader is parked
+// in our handler, pipelined commands must stay in the kernel buffer for it,
+// and a grant must be answered without waiting on any watcher. Zero bytes
+// on a readable socket means the client hung up.
+type hangups struct {
+	mu      sync.Mutex
+	waiting map[*hangupWatch]struct{}
+	wake    chan struct{}
+}
+
+type hangupWatch struct {
+	raw    syscall.RawConn
+	cancel context.CancelFunc
+}
+
+const hangupTick = 10 * time.Millisecond
+
+// watch returns a context that ends if c's client hangs up, until stop.
+func (h *hangups) watch(parent context.Context, c net.Conn) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(parent)
-	tc, ok := c.(*net.TCPConn)
+	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return ctx, cancel
 	}
-	raw, err := tc.SyscallConn()
+	raw, err := sc.SyscallConn()
 	if err != nil {
 		return ctx, cancel
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var buf [1]byte
-		err := raw.Read(func(fd uintptr) bool {
-			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			if errors.Is(err, syscall.EAGAIN) {
-				return false // nothing yet: wait for readability
-			}
-			if err == nil && n == 0 {
-				cancel() // orderly shutdown by the client
-			}
-			return true
-		})
-		if err != nil && !errors.Is(err, context.Canceled) {
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() {
-				cancel() // reset or closed: the client is gone either way
+	w := &hangupWatch{raw: raw, cancel: cancel}
+	h.mu.Lock()
+	if h.waiting == nil {
+		h.waiting = map[*hangupWatch]struct{}{}
+		h.wake = make(chan struct{}, 1)
+		go h.loop()
+	}
+	h.waiting[w] = struct{}{}
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+	return ctx, func() {
+		h.mu.Lock()
+		delete(h.waiting, w)
+		h.mu.Unlock()
+		cancel()
+	}
+}
+
+func (h *hangups) loop() {
+	t := time.NewTicker(hangupTick)
+	defer t.Stop()
+	var buf [1]byte
+	for {
+		h.mu.Lock()
+		idle := len(h.waiting) == 0
+		ws := make([]*hangupWatch, 0, len(h.waiting))
+		for w := range h.waiting {
+			ws = append(ws, w)
+		}
+		h.mu.Unlock()
+		if idle {
+			<-h.wake
+			continue
+		}
+		for _, w := range ws {
+			gone := false
+			_ = w.raw.Control(func(fd uintptr) {
+				n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				gone = (err == nil && n == 0) || (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR))
+			})
+			if gone {
+				w.cancel()
 			}
 		}
-	}()
-	stop := func() {
-		cancel()
-		// Wake the peek and give the socket back to redcon unchanged.
-		_ = tc.SetReadDeadline(time.Unix(1, 0))
-		<-done
-		_ = tc.SetReadDeadline(time.Time{})
+		<-t.C
 	}
-	return ctx, stop
 }

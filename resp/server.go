@@ -72,6 +72,8 @@ type Server struct {
 
 	scriptsMu sync.RWMutex
 	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
+
+	hangups hangups
 }
 
 // New returns a Server; call Serve to start it.
@@ -102,6 +104,7 @@ type connState struct {
 	libName string
 	libVer  string
 	w       replyWriter
+	srv     *Server
 	lim     *limitConn
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -113,12 +116,12 @@ func (st *connState) queue(ctx context.Context) (context.Context, func()) {
 	if st.lim == nil {
 		return ctx, func() {}
 	}
-	return watchHangup(ctx, st.lim.Conn)
+	return st.srv.hangups.watch(ctx, st.lim.Conn)
 }
 
 func (s *Server) accept(c redcon.Conn) bool {
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &connState{id: s.nextID.Add(1), authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
+	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
 	st.lim, _ = c.NetConn().(*limitConn)
 	c.SetContext(st)
 	s.clients.Add(1)

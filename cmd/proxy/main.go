@@ -146,10 +146,10 @@ func joinMemnodes(ctx context.Context, cfg config, log *zap.Logger) ([]*lockmap.
 			closers[i]()
 		}
 	}
-	add := func(name string, ep rdma.Endpoint) {
+	add := func(name string, ep rdma.Endpoint, solo bool) {
 		c := shiftlock.NewClient(ep, slcfg)
 		lease := lockmap.NewLease(ep)
-		doms = append(doms, &lockmap.Domain{Name: name, Client: c, Lease: lease})
+		doms = append(doms, &lockmap.Domain{Name: name, Client: c, Lease: lease, Solo: solo})
 		closers = append(closers, func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = c.Close(cctx)
@@ -166,7 +166,7 @@ func joinMemnodes(ctx context.Context, cfg config, log *zap.Logger) ([]*lockmap.
 			closeAll()
 			return nil, nil, err
 		}
-		add("embedded", ep)
+		add("embedded", ep, true)
 		return doms, closeAll, nil
 	}
 	for i, addr := range cfg.Memnodes {
@@ -184,7 +184,7 @@ func joinMemnodes(ctx context.Context, cfg config, log *zap.Logger) ([]*lockmap.
 		}
 		log.Info("joined memory node", zap.String("memnode", addr), zap.Uint16("node", uint16(ep.Node())),
 			zap.Uint64("entries", ep.Layout().LockEntries), zap.Uint64("generation", ep.Layout().Generation))
-		add(addr, ep)
+		add(addr, ep, false)
 	}
 	return doms, closeAll, nil
 }

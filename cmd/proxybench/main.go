@@ -1,0 +1,185 @@
+// Command proxybench compares shiftlock-proxy (embedded memory node) with a
+// real redis-server on the same machine, in the same run, on the workloads of
+// the proxy's acceptance list:
+//
+//  1. uncontended SET NX PX plus the compare-and-delete release, one client:
+//     round-trip latency of the pair (p50, p99);
+//  2. many clients on distinct keys: acquire-release cycles per second;
+//  3. many clients on one hot key, each a redsync mutex with its defaults,
+//     holding the lock briefly: acquisitions per second, time to acquire
+//     (p50, p99, max), failures, and fairness (acquisitions per client).
+//
+// Targets are run alternately, several times, and the report gives medians
+// and same-run ratios. With -doc it rewrites its section of
+// docs/benchmarks.md.
+//
+//	proxybench -proxy-bin bin/proxy -runs 3 -doc docs/benchmarks.md
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+)
+
+func main() {
+	proxyBin := flag.String("proxy-bin", "bin/proxy", "proxy binary to start")
+	redisBin := flag.String("redis-bin", "redis-server", "redis-server binary to start")
+	runs := flag.Int("runs", 3, "runs of every workload on each target")
+	cycles := flag.Int("latency-cycles", 5000, "acquire-release pairs for the latency workload")
+	clients := flag.Int("clients", 50, "clients for the throughput and hot-key workloads")
+	tput := flag.Duration("throughput-time", 5*time.Second, "duration of the distinct-keys workload")
+	hot := flag.Duration("hot-time", 15*time.Second, "duration of the hot-key workload")
+	hold := flag.Duration("hold", time.Millisecond, "time a hot-key client holds the lock")
+	doc := flag.String("doc", "", "rewrite the proxy section of this Markdown file")
+	flag.Parse()
+
+	ctx := context.Background()
+	redis, err := startRedis(*redisBin)
+	if err != nil {
+		fail(err)
+	}
+	defer redis.stop()
+	proxy, err := startProxy(*proxyBin)
+	if err != nil {
+		fail(err)
+	}
+	defer proxy.stop()
+	targets := []target{{"redis", redis.addr}, {"proxy", proxy.addr}}
+
+	var lat [2][]latencyResult
+	var thr [2][]float64
+	var hk [2][]hotResult
+	for r := 0; r < *runs; r++ {
+		for i, t := range targets {
+			fmt.Fprintf(os.Stderr, "run %d/%d %s: latency...", r+1, *runs, t.name)
+			l, err := latency(ctx, t.addr, *cycles)
+			if err != nil {
+				fail(err)
+			}
+			lat[i] = append(lat[i], l)
+			fmt.Fprintf(os.Stderr, " p50 %v; throughput...", l.p50)
+			th, err := throughput(ctx, t.addr, *clients, *tput)
+			if err != nil {
+				fail(err)
+			}
+			thr[i] = append(thr[i], th)
+			fmt.Fprintf(os.Stderr, " %.0f/s; hot key...", th)
+			h, err := hotKey(ctx, t.addr, *clients, *hot, *hold)
+			if err != nil {
+				fail(err)
+			}
+			hk[i] = append(hk[i], h)
+			fmt.Fprintf(os.Stderr, " %.0f acq/s, max %v\n", h.rate, h.max)
+		}
+	}
+	report := render(targets, lat, thr, hk, *runs, *clients, *hold, redisVersion(*redisBin))
+	fmt.Println(report)
+	if *doc != "" {
+		if err := docsection.Replace(*doc, "Benchmarks", "proxy", report); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "proxybench:", err)
+	os.Exit(1)
+}
+
+type target struct{ name, addr string }
+
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = nil
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[len(m)-1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-found:
+		if fixedAddr != "" {
+			a = fixedAddr
+		}
+		return &proc{cmd: cmd, addr: a}, nil
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s did not start", bin)
+	}
+}
+
+func startProxy(bin string) (*proc, error) {
+	return start(bin, []string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn"},
+		regexp.MustCompile(`proxy listening on (\S+)`), "")
+}
+
+func startRedis(bin string) (*proc, error) {
+	port := freePort()
+	return start(bin, []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"},
+		regexp.MustCompile(`(Ready to accept connections)`), fmt.Sprintf("127.0.0.1:%d", port))
+}
+
+func redisVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	if m := regexp.MustCompile(`v=(\S+)`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianDur(xs []time.Duration) time.Duration {
+	f := make([]float64, len(xs))
+	for i, x := range xs {
+		f[i] = float64(x)
+	}
+	return time.Duration(median(f))
+}

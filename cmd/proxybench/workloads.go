@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// release is the compare-and-delete of the Redis documentation, the script
+// hand-rolled clients use; the proxy recognises it by its normalised body.
+var release = redis.NewScript(`if redis.call("get",KEYS[1]) == ARGV[1] then
+    return redis.call("del",KEYS[1])
+else
+    return 0
+end`)
+
+func newClient(addr string, pool int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, MinIdleConns: pool})
+}
+
+func freePort() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type latencyResult struct{ p50, p99 time.Duration }
+
+// latency times SET NX PX plus the release script, one client, no contention.
+func latency(ctx context.Context, addr string, n int) (latencyResult, error) {
+	c := newClient(addr, 1)
+	defer c.Close()
+	h := hdrhistogram.New(1, int64(time.Second/time.Microsecond*10), 3)
+	for i := 0; i < n+n/10; i++ {
+		key := fmt.Sprintf("lat:%d", i%64)
+		start := time.Now()
+		ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result()
+		if err != nil || !ok {
+			return latencyResult{}, fmt.Errorf("latency SET NX on %s: %v %v", addr, ok, err)
+		}
+		if n, err := release.Run(ctx, c, []string{key}, "tok").Int(); err != nil || n != 1 {
+			return latencyResult{}, fmt.Errorf("latency release on %s: %v %v", addr, n, err)
+		}
+		if i >= n/10 { // the first tenth warms up connections and caches
+			_ = h.RecordValue(time.Since(start).Microseconds())
+		}
+	}
+	return latencyResult{
+		p50: time.Duration(h.ValueAtQuantile(50)) * time.Microsecond,
+		p99: time.Duration(h.ValueAtQuantile(99)) * time.Microsecond,
+	}, nil
+}
+
+// throughput runs clients on distinct keys and counts acquire-release cycles.
+func throughput(ctx context.Context, addr string, clients int, d time.Duration) (float64, error) {
+	c := newClient(addr, clients)
+	defer c.Close()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, clients)
+	end := time.Now().Add(d)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			key := fmt.Sprintf("tput:%d", id)
+			for time.Now().Before(end) {
+				if ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result(); err != nil || !ok {
+					errc <- fmt.Errorf("throughput SET NX: %v %v", ok, err)
+					return
+				}
+				if _, err := release.Run(ctx, c, []string{key}, "tok").Result(); err != nil {
+					errc <- err
+					return
+				}
+				done.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		return 0, err
+	}
+	return float64(done.Load()) / d.Seconds(), nil
+}
+
+type hotResult struct {
+	rate          float64 // acquisitions per second
+	p50, p99, max time.Duration
+	failures      int64
+	perClient     []int // acquisitions per client, sorted
+}
+
+// hotKey has every client loop on one key with a default redsync mutex:
+// Lock, hold, Unlock. Time to acquire includes redsync's own retries.
+func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration) (hotResult, error) {
+	c := newClient(addr, clients+4)
+	defer c.Close()
+	rs := redsync.New(goredis.NewPool(c))
+	h := hdrhistogram.New(1, int64(60*time.Second/time.Microsecond), 3)
+	var mu sync.Mutex
+	per := make([]int, clients)
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				m := rs.NewMutex("hot")
+				start := time.Now()
+				if err := m.LockContext(ctx); err != nil {
+					failures.Add(1)
+					continue
+				}
+				took := time.Since(start)
+				if time.Now().After(end) {
+					m.UnlockContext(ctx) // past the window: not counted
+					return
+				}
+				mu.Lock()
+				_ = h.RecordValue(took.Microseconds())
+				per[id]++
+				mu.Unlock()
+				time.Sleep(hold)
+				m.UnlockContext(ctx)
+			}
+		}(i)
+	}
+	wg.Wait()
+	sort.Ints(per)
+	return hotResult{
+		rate:      float64(h.TotalCount()) / d.Seconds(),
+		p50:       time.Duration(h.ValueAtQuantile(50)) * time.Microsecond,
+		p99:       time.Duration(h.ValueAtQuantile(99)) * time.Microsecond,
+		max:       time.Duration(h.Max()) * time.Microsecond,
+		failures:  failures.Load(),
+		perClient: per,
+	}, nil
+}

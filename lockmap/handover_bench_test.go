@@ -1,0 +1,51 @@
+package lockmap_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// BenchmarkHandover measures the proxy-internal part of a hot-key cycle:
+// from the holder's release to the queued waiter holding the key, on one
+// embedded memory node. Two goroutines pass one key back and forth.
+func BenchmarkHandover(b *testing.B) {
+	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+	defer host.Close()
+	ep, _ := memfab.New(host).Join("bench")
+	m := lockmap.New([]*lockmap.Domain{{Name: "e", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Solo: true}}, lockmap.Config{})
+	defer m.Close()
+	ctx := context.Background()
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: 8 * time.Second, Wait: time.Second}
+	tokens := [2]string{"a", "b"}
+	if _, ok, _ := m.Acquire(ctx, []string{"hot"}, tokens[0], opt); !ok {
+		b.Fatal("setup")
+	}
+	turn := make(chan int)
+	done := make(chan struct{})
+	go func() {
+		for i := range turn {
+			if _, ok, err := m.Acquire(ctx, []string{"hot"}, tokens[i%2], opt); !ok || err != nil {
+				b.Error(ok, err)
+			}
+			done <- struct{}{}
+		}
+	}()
+	var total time.Duration
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		turn <- i                         // the other token queues...
+		time.Sleep(20 * time.Microsecond) // ...for real
+		start := time.Now()
+		m.Release("hot", tokens[(i-1)%2])
+		<-done
+		total += time.Since(start)
+	}
+	close(turn)
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "us/handover")
+}
