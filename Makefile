@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build run test deps vet lint fuzz bench-fabric clean
+.PHONY: all build run test deps vet lint fuzz bench-fabric bench-proxy clean
 
 all: build
 
@@ -49,6 +49,11 @@ memnode:
 bench-fabric: memnode
 	$(GO) build -o $(BIN)/fabricbench ./cmd/fabricbench
 	$(BIN)/fabricbench -memnode $(BIN)/memnode -runs 3
+
+# The proxy (embedded memory node) against a real redis-server, same run.
+bench-proxy: deps
+	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/proxybench
+	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 3 -doc docs/benchmarks.md
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
