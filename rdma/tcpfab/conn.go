@@ -24,7 +24,7 @@ type call struct {
 	deadline int64
 
 	// Request. op doubles as the single verb's result; a Read's op.Buf is
-	// the caller's buffer, filled by the reader goroutine.
+	// the caller's buffer, filled by whoever reads the reply.
 	op    rdma.Op
 	batch *rdma.Batch
 	req   []byte // pre-encoded control body
