@@ -20,6 +20,7 @@ var ErrNoLease = errors.New("lockmap: no lease with the memory node")
 // a dead proxy may hold until that horizon has passed, so a grant is only
 // made once the published horizon covers its deadline.
 type Lease struct {
+	ep        rdma.Endpoint
 	hb        *rdma.Heartbeat
 	deadAfter time.Duration
 	selfFence time.Duration
@@ -40,7 +41,28 @@ func NewLease(ep rdma.Endpoint) *Lease {
 		ls.lost = err
 		ls.mu.Unlock()
 	})
+	ls.ep = ep
 	return ls
+}
+
+// Dead reports why this membership can never be valid again, or nil: the
+// memory node declared us dead (fenced), or it is gone (a TCP endpoint never
+// reconnects), or it has not acknowledged a beat for DeadAfter, after which
+// it has surely declared us dead. The proxy then rejoins under a new NodeID.
+func (ls *Lease) Dead() error {
+	ls.mu.Lock()
+	lost := ls.lost
+	ls.mu.Unlock()
+	if lost != nil {
+		return lost
+	}
+	if ls.hb.Fenced() {
+		return rdma.ErrFenced
+	}
+	if since := time.Since(ls.hb.LastAck()); since > ls.deadAfter {
+		return fmt.Errorf("%w: no heartbeat acknowledged for %v", rdma.ErrUnreachable, since.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // horizon is what each beat publishes: room for every grant made so far and

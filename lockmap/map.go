@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -44,7 +45,8 @@ type Config struct {
 
 // Map is the lock table of one proxy. It is safe for concurrent use.
 type Map struct {
-	doms    []*Domain
+	doms    []atomic.Pointer[Domain] // current membership per memory node
+	changed atomic.Pointer[chan struct{}]
 	entries []uint64
 	cfg     Config
 	log     *zap.Logger
@@ -71,6 +73,7 @@ type shard struct {
 type hold struct {
 	key      string
 	token    string
+	dom      *Domain // the membership the hold was made under
 	mode     shiftlock.Mode
 	fence    uint64
 	deadline time.Time // zero: no TTL
@@ -104,10 +107,13 @@ func New(doms []*Domain, cfg Config) *Map {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	m := &Map{doms: doms, cfg: cfg, log: cfg.Logger, excl: map[entryKey]int{}}
-	for _, d := range doms {
+	m := &Map{doms: make([]atomic.Pointer[Domain], len(doms)), cfg: cfg, log: cfg.Logger, excl: map[entryKey]int{}}
+	for i, d := range doms {
+		m.doms[i].Store(d)
 		m.entries = append(m.entries, d.Client.Entries())
 	}
+	ch := make(chan struct{})
+	m.changed.Store(&ch)
 	for i := range m.shards {
 		m.shards[i].keys = map[string][]*hold{}
 	}
@@ -118,15 +124,74 @@ func New(doms []*Domain, cfg Config) *Map {
 // Close stops TTL expiry. It does not release held locks.
 func (m *Map) Close() { m.exp.stop() }
 
-// Domains are the memory nodes, in Locate order.
-func (m *Map) Domains() []*Domain { return m.doms }
+// Domains are the current memberships of the memory nodes, in Locate order.
+func (m *Map) Domains() []*Domain {
+	ds := make([]*Domain, len(m.doms))
+	for i := range m.doms {
+		ds[i] = m.doms[i].Load()
+	}
+	return ds
+}
+
+// Replace installs a new membership for memory node i, after the proxy
+// rejoined it (it was declared dead, or the memory node restarted and lost
+// its table). Every hold made under the old membership is void: it is
+// dropped and counted as lost, and acquires queued on the old membership
+// retry on the new one within their wait budget. The new membership's table
+// must be the same size, since keys are placed by it.
+func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
+	if n := d.Client.Entries(); n != m.entries[i] {
+		return 0, fmt.Errorf("lockmap: memory node %d now has %d entries, not %d: keys would move", i, n, m.entries[i])
+	}
+	old := m.doms[i].Swap(d)
+	next := make(chan struct{})
+	close(*m.changed.Swap(&next))
+	for si := range m.shards {
+		s := &m.shards[si]
+		s.mu.Lock()
+		for key, hs := range s.keys {
+			kept := hs[:0]
+			for _, h := range hs {
+				if h.dom == old {
+					h.dead = true
+					lost++
+					continue
+				}
+				kept = append(kept, h)
+			}
+			if len(kept) == 0 {
+				delete(s.keys, key)
+			} else {
+				s.keys[key] = kept
+			}
+		}
+		s.mu.Unlock()
+	}
+	m.exclMu.Lock()
+	for k := range m.excl {
+		if k.dom == old {
+			delete(m.excl, k)
+		}
+	}
+	m.exclMu.Unlock()
+	if lost > 0 {
+		m.log.Warn("holds lost with the old membership", zap.String("memnode", d.Name), zap.Int("lost", lost))
+	}
+	return lost, nil
+}
+
+// membershipGone reports errors that a rejoin can cure.
+func membershipGone(err error) bool {
+	return errors.Is(err, ErrNoLease) || errors.Is(err, rdma.ErrUnreachable) || errors.Is(err, rdma.ErrFenced) ||
+		errors.Is(err, rdma.ErrClosed) || errors.Is(err, shiftlock.ErrClosed)
+}
 
 func (m *Map) shard(key string) *shard { return &m.shards[xxhash.Sum64String(key)%256] }
 
 // Where returns the memory node and entry of key.
 func (m *Map) Where(key string) (*Domain, uint64) {
 	d, e := Locate(key, m.entries)
-	return m.doms[d], e
+	return m.doms[d].Load(), e
 }
 
 // Errors from Map operations.
@@ -186,7 +251,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		}
 		seen[k] = true
 		di, e := Locate(k, m.entries)
-		wants = append(wants, want{key: k, dom: m.doms[di], di: di, entry: e, pos: i})
+		wants = append(wants, want{key: k, dom: m.doms[di].Load(), di: di, entry: e, pos: i})
 	}
 	sort.Slice(wants, func(a, b int) bool {
 		if wants[a].di != wants[b].di {
@@ -240,7 +305,30 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		if byEntry[k] != nil {
 			continue
 		}
-		g, fence, waited, err := m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
+		var g shiftlock.Grant
+		var fence uint64
+		var waited bool
+		var err error
+		for {
+			w.dom = m.doms[w.di].Load()
+			changed := *m.changed.Load()
+			g, fence, waited, err = m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
+			if err == nil || !membershipGone(err) || deadline.IsZero() || !time.Now().Before(deadline) {
+				break
+			}
+			// The membership is gone; the proxy is rejoining. Wait for it,
+			// within the budget, then try again on the new one.
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-changed:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			if ctx.Err() != nil {
+				break
+			}
+		}
 		queued = queued || waited
 		if err != nil || (g == nil && fence == 0) {
 			undo()
@@ -315,9 +403,9 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
 		var h *hold
 		if gr == nil {
-			h = &hold{key: w.key, token: token, mode: opt.Mode, fence: shadowFence, deadline: end, ttl: opt.TTL}
+			h = &hold{key: w.key, token: token, dom: m.doms[w.di].Load(), mode: opt.Mode, fence: shadowFence, deadline: end, ttl: opt.TTL}
 		} else {
-			h = &hold{key: w.key, token: token, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr}
+			h = &hold{key: w.key, token: token, dom: gr.dom, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr}
 		}
 		s := m.shard(w.key)
 		s.mu.Lock()

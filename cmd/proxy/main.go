@@ -31,12 +31,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
-	"github.com/shiftlock/shiftlock-proxy/memnode"
-	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/resp"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
 func main() {
@@ -66,12 +61,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	m := newMetrics()
-	doms, closeDoms, err := joinMemnodes(ctx, cfg, log)
+	ms, closeHosts, err := members(cfg, log)
 	if err != nil {
+		log.Error("configuring memory nodes", zap.Error(err))
+		return 1
+	}
+	defer closeHosts()
+	if err := joinAll(ctx, ms); err != nil {
 		log.Error("joining memory nodes", zap.Error(err))
 		return 1
 	}
-	defer closeDoms()
+	doms := make([]*lockmap.Domain, len(ms))
+	for i, mb := range ms {
+		doms[i] = mb.dom
+	}
+	defer func() {
+		for _, mb := range ms {
+			mb.close()
+		}
+	}()
 	wait, _ := cfg.waitPolicy()
 	lm := lockmap.New(doms, lockmap.Config{
 		Logger:    log,
@@ -79,6 +87,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		OnExpire:  func(string) { m.expired.Inc() },
 	})
 	defer lm.Close()
+	sctx, stopSupervisors := context.WithCancel(context.Background())
+	defer stopSupervisors()
+	for _, mb := range ms {
+		go mb.supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.name).Inc(); m.watchDomain(lm, mb.index) })
+	}
 	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand})
 	m.watch(srv, lm)
 
@@ -133,60 +146,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cancel()
 	}
 	return code
-}
-
-// joinMemnodes builds one lock domain per memory node: over TCP for each
-// configured address, or one embedded in-process memory node if none is.
-func joinMemnodes(ctx context.Context, cfg config, log *zap.Logger) ([]*lockmap.Domain, func(), error) {
-	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
-	var doms []*lockmap.Domain
-	var closers []func()
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	add := func(name string, ep rdma.Endpoint, solo bool) {
-		c := shiftlock.NewClient(ep, slcfg)
-		lease := lockmap.NewLease(ep)
-		doms = append(doms, &lockmap.Domain{Name: name, Client: c, Lease: lease, Solo: solo})
-		closers = append(closers, func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = c.Close(cctx)
-			cancel()
-			lease.Stop()
-			_ = ep.Close()
-		})
-	}
-	if len(cfg.Memnodes) == 0 {
-		host := memnode.New(memnode.Config{Entries: cfg.Entries, Logger: log.Named("memnode")})
-		closers = append(closers, host.Close)
-		ep, err := memfab.New(host).Join(cfg.Name)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		add("embedded", ep, true)
-		return doms, closeAll, nil
-	}
-	for i, addr := range cfg.Memnodes {
-		peer, err := nthPort(cfg.PeerListen, i)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ep, err := tcpfab.Dial(dctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab")})
-		cancel()
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("memnode %s: %w", addr, err)
-		}
-		log.Info("joined memory node", zap.String("memnode", addr), zap.Uint16("node", uint16(ep.Node())),
-			zap.Uint64("entries", ep.Layout().LockEntries), zap.Uint64("generation", ep.Layout().Generation))
-		add(addr, ep, false)
-	}
-	return doms, closeAll, nil
 }
 
 // nthPort offsets addr's port by i (a zero port stays zero).

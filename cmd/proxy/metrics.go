@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +19,10 @@ type metrics struct {
 	acquire  *prometheus.HistogramVec
 	commands *prometheus.CounterVec
 	expired  prometheus.Counter
+	rejoins  *prometheus.CounterVec
 	verbs    *rdma.Collector
+	expMu    sync.Mutex
+	exported map[int]*rdma.Counters // verb counters exported per memory node
 }
 
 func newMetrics() *metrics {
@@ -35,9 +39,13 @@ func newMetrics() *metrics {
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "proxy_ttl_expirations_total", Help: "Locks released by the proxy because their TTL passed.",
 		}),
-		verbs: rdma.NewCollector(),
+		rejoins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_rejoins_total", Help: "Times the proxy rejoined a memory node after its membership died (fenced, or the memory node restarted); every hold of the old membership was lost.",
+		}, []string{"memnode"}),
+		verbs:    rdma.NewCollector(),
+		exported: map[int]*rdma.Counters{},
 	}
-	m.reg.MustRegister(m.acquire, m.commands, m.expired, m.verbs,
+	m.reg.MustRegister(m.acquire, m.commands, m.expired, m.rejoins, m.verbs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -63,35 +71,47 @@ func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
 	}
 	gauge("proxy_connected_clients", "Connected RESP clients.", func() float64 { return float64(srv.Clients()) })
 	gauge("proxy_locks_held", "Keys held through this proxy.", func() float64 { return float64(lm.Count()) })
-	for _, d := range lm.Domains() {
-		d := d
+	for i, d := range lm.Domains() {
+		i := i
+		cur := func() *lockmap.Domain { return lm.Domains()[i] }
 		labels := prometheus.Labels{"memnode": d.Name}
-		st := d.Client.Stats()
-		counter := func(name, help string, f func() uint64) {
+		// Counters restart from zero when the proxy rejoins, as after a
+		// process restart; Prometheus' rate() handles such resets.
+		counter := func(name, help string, f func(*shiftlock.Stats) uint64) {
 			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
-				func() float64 { return float64(f()) }))
+				func() float64 { return float64(f(cur().Client.Stats())) }))
 		}
-		counter("proxy_grants_exclusive_total", "Exclusive grants.", st.ExclusiveGrants.Load)
-		counter("proxy_grants_shared_total", "Shared grants.", st.SharedGrants.Load)
-		counter("proxy_handovers_total", "Writer-to-writer handovers sent.", st.Handovers.Load)
-		counter("proxy_mode_changes_total", "Writer-to-readers transfers.", st.ModeChanges.Load)
-		counter("proxy_try_failures_total", "Try-locks (SET NX without waiting) that found the lock held.", st.TryFailures.Load)
-		counter("proxy_local_handovers_total", "Notifications delivered in-process.", st.LocalSends.Load)
-		counter("proxy_remote_handovers_total", "Notifications sent to other proxies.", st.RemoteSends.Load)
-		counter("proxy_abandoned_waits_total", "Queued acquires whose client gave up; completed and released in the background.", st.Abandoned.Load)
-		counter("proxy_recovery_requests_total", "Recovery requests sent to the memory node.", st.RecoveryRequests.Load)
-		counter("proxy_locks_lost_total", "Releases that found the lock no longer theirs.", st.Lost.Load)
-		if d.Lease != nil {
-			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "proxy_lease_ok", Help: "1 while this proxy's lease with the memory node is valid; 0 means its locks there are reported lost.", ConstLabels: labels,
-			}, func() float64 {
-				if d.Lease.Valid() != nil {
-					return 0
-				}
-				return 1
-			}))
-		}
-		ep := d.Client.Endpoint()
-		m.verbs.Add("proxy", ep.Node, ep.Counters())
+		counter("proxy_grants_exclusive_total", "Exclusive grants.", func(s *shiftlock.Stats) uint64 { return s.ExclusiveGrants.Load() })
+		counter("proxy_grants_shared_total", "Shared grants.", func(s *shiftlock.Stats) uint64 { return s.SharedGrants.Load() })
+		counter("proxy_handovers_total", "Writer-to-writer handovers sent.", func(s *shiftlock.Stats) uint64 { return s.Handovers.Load() })
+		counter("proxy_mode_changes_total", "Writer-to-readers transfers.", func(s *shiftlock.Stats) uint64 { return s.ModeChanges.Load() })
+		counter("proxy_try_failures_total", "Try-locks (SET NX without waiting) that found the lock held.", func(s *shiftlock.Stats) uint64 { return s.TryFailures.Load() })
+		counter("proxy_local_handovers_total", "Notifications delivered in-process.", func(s *shiftlock.Stats) uint64 { return s.LocalSends.Load() })
+		counter("proxy_remote_handovers_total", "Notifications sent to other proxies.", func(s *shiftlock.Stats) uint64 { return s.RemoteSends.Load() })
+		counter("proxy_abandoned_waits_total", "Queued acquires whose client gave up; completed and released in the background.", func(s *shiftlock.Stats) uint64 { return s.Abandoned.Load() })
+		counter("proxy_recovery_requests_total", "Recovery requests sent to the memory node.", func(s *shiftlock.Stats) uint64 { return s.RecoveryRequests.Load() })
+		counter("proxy_locks_lost_total", "Releases that found the lock no longer theirs.", func(s *shiftlock.Stats) uint64 { return s.Lost.Load() })
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "proxy_lease_ok", Help: "1 while this proxy's lease with the memory node is valid; 0 means its locks there are reported lost.", ConstLabels: labels,
+		}, func() float64 {
+			if l := cur().Lease; l != nil && l.Valid() != nil {
+				return 0
+			}
+			return 1
+		}))
+		m.watchDomain(lm, i)
 	}
+}
+
+// watchDomain exports the verb counters of memory node i's current
+// membership in place of the previous one's.
+func (m *metrics) watchDomain(lm *lockmap.Map, i int) {
+	ep := lm.Domains()[i].Client.Endpoint()
+	m.expMu.Lock()
+	defer m.expMu.Unlock()
+	if old := m.exported[i]; old != nil {
+		m.verbs.Remove(old)
+	}
+	m.exported[i] = ep.Counters()
+	m.verbs.Add("proxy", ep.Node, ep.Counters())
 }

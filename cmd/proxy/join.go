@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// member is the proxy's membership in one memory node: how to (re)join it,
+// and what to tear down when the membership ends.
+type member struct {
+	index int
+	name  string
+	join  func(ctx context.Context) (rdma.Endpoint, error)
+	solo  bool
+	cfg   shiftlock.Config
+	log   *zap.Logger
+
+	dom   *lockmap.Domain
+	close func()
+}
+
+// connect joins once and builds the lock domain on top of the endpoint.
+func (mb *member) connect(ctx context.Context) error {
+	ep, err := mb.join(ctx)
+	if err != nil {
+		return err
+	}
+	c := shiftlock.NewClient(ep, mb.cfg)
+	lease := lockmap.NewLease(ep)
+	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease, Solo: mb.solo}
+	mb.close = func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = c.Close(cctx)
+		cancel()
+		lease.Stop()
+		_ = ep.Close()
+	}
+	mb.log.Info("joined memory node", zap.String("memnode", mb.name), zap.Uint16("node", uint16(ep.Node())),
+		zap.Uint64("entries", ep.Layout().LockEntries), zap.Uint64("generation", ep.Layout().Generation))
+	return nil
+}
+
+// supervise rejoins whenever the membership dies: the memory node declared
+// this proxy dead (after a pause or a partition), or the memory node itself
+// went away (a restart loses its table). Every hold of the old membership is
+// void; the map drops it and reports it lost. Joins are retried with backoff,
+// since a restarted memory node refuses them during its restart grace.
+func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func()) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		why := mb.dom.Lease.Dead()
+		if why == nil {
+			continue
+		}
+		mb.log.Warn("membership lost; rejoining", zap.String("memnode", mb.name), zap.Error(why))
+		old := mb.close
+		backoff := 100 * time.Millisecond
+		for {
+			jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := mb.connect(jctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			mb.log.Info("rejoin failed; will retry", zap.String("memnode", mb.name), zap.Duration("in", backoff), zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			if backoff *= 2; backoff > 2*time.Second {
+				backoff = 2 * time.Second
+			}
+		}
+		if lost, err := m.Replace(mb.index, mb.dom); err != nil {
+			mb.log.Error("cannot use the rejoined memory node", zap.String("memnode", mb.name), zap.Error(err))
+		} else if lost > 0 {
+			mb.log.Warn("locks lost with the old membership", zap.String("memnode", mb.name), zap.Int("lost", lost))
+		}
+		rejoins()
+		go old()
+	}
+}
+
+// members describes one membership per configured memory node, or one
+// embedded memory node if none is configured.
+func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
+	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
+	if len(cfg.Memnodes) == 0 {
+		host := memnode.New(memnode.Config{Entries: cfg.Entries, Logger: log.Named("memnode")})
+		fab := memfab.New(host)
+		mb := &member{name: "embedded", solo: true, cfg: slcfg, log: log,
+			join: func(context.Context) (rdma.Endpoint, error) { return fab.Join(cfg.Name) }}
+		return []*member{mb}, host.Close, nil
+	}
+	var ms []*member
+	for i, addr := range cfg.Memnodes {
+		peer, err := nthPort(cfg.PeerListen, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		addr := addr
+		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log,
+			join: func(ctx context.Context) (rdma.Endpoint, error) {
+				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab")})
+				if err != nil {
+					return nil, fmt.Errorf("memnode %s: %w", addr, err)
+				}
+				return ep, nil
+			}})
+	}
+	return ms, func() {}, nil
+}
+
+// joinAll joins every memory node once at startup, retrying while one is in
+// its restart grace (it answers ErrUnavailable) for up to a minute.
+func joinAll(ctx context.Context, ms []*member) error {
+	for _, mb := range ms {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := mb.connect(jctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, rdma.ErrUnavailable) || time.Now().After(deadline) || ctx.Err() != nil {
+				return err
+			}
+			mb.log.Info("memory node not ready; retrying", zap.String("memnode", mb.name), zap.Error(err))
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	return nil
+}
