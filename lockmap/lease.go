@@ -2,6 +2,7 @@ package lockmap
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,6 +10,10 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
+
+// ErrTTLTooLong: the TTL exceeds the memory node's max_lease, the longest
+// lease it will wait out after a restart.
+var ErrTTLTooLong = errors.New("lockmap: TTL exceeds the memory node's max_lease")
 
 // ErrNoLease means the proxy cannot prove to its memory node that it is alive,
 // so it must not grant, extend, or trust the locks it holds there.
@@ -30,6 +35,7 @@ type Lease struct {
 	headTTL time.Duration // longest TTL granted lately: publish room for the next one
 	headAt  time.Time
 	lost    error
+	confirm time.Duration // longest horizon the memory node confirmed saving
 }
 
 // NewLease starts heartbeating on ep.
@@ -102,8 +108,13 @@ func (ls *Lease) Valid() error {
 }
 
 // Cover makes sure a grant ending at end (zero: no TTL) is inside the
-// published horizon, pushing a heartbeat first if it is not.
+// published horizon, pushing a heartbeat first if it is not. With a memory
+// node that keeps state across restarts, a longer horizon counts only once
+// the memory node confirms it has saved it.
 func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) error {
+	if max := ls.ep.Layout().MaxLease; max > 0 && ttl > max {
+		return fmt.Errorf("%w (%v > %v)", ErrTTLTooLong, ttl, max)
+	}
 	if err := ls.Valid(); err != nil {
 		return err
 	}
@@ -119,13 +130,60 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 		return nil // bounded by membership, which every beat covers
 	}
 	at, h := ls.hb.Published()
-	if !end.After(at.Add(h)) {
+	if !end.After(at.Add(h)) && ls.confirmed(h) {
 		return nil
 	}
-	if err := ls.hb.Push(ctx, ls.horizon()); err != nil {
+	h = ls.horizon()
+	if err := ls.hb.Push(ctx, h); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoLease, err)
 	}
-	return nil
+	return ls.awaitConfirm(ctx, h)
+}
+
+// confirmed reports whether horizon h is within what the memory node has
+// confirmed saving (always, for one that keeps no state).
+func (ls *Lease) confirmed(h time.Duration) bool {
+	if !ls.ep.Layout().Persistent {
+		return true
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return h <= ls.confirm
+}
+
+// awaitConfirm polls the node slot until the memory node confirms h: it does
+// so on its next sweep after saving (about a heartbeat interval).
+func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
+	if ls.confirmed(h) {
+		return nil
+	}
+	l := ls.ep.Layout()
+	slot := l.NodeSlotAddr(ls.ep.Node())
+	addr := rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotConfirmed}
+	deadline := time.Now().Add(10 * l.HeartbeatInterval)
+	for {
+		var b [8]byte
+		if err := ls.ep.Read(ctx, addr, b[:]); err != nil {
+			return fmt.Errorf("%w: %w", ErrNoLease, err)
+		}
+		c := time.Duration(binary.LittleEndian.Uint64(b[:])) * time.Millisecond
+		ls.mu.Lock()
+		if c > ls.confirm {
+			ls.confirm = c
+		}
+		ls.mu.Unlock()
+		if c >= h {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the memory node has not confirmed a %v lease horizon", ErrNoLease, h)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(l.HeartbeatInterval / 4):
+		}
+	}
 }
 
 // Stop ends the heartbeats.

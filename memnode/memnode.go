@@ -51,6 +51,11 @@ type Config struct {
 	RelBase    uint64
 	// GraceUntil: no joins are accepted before this instant (restart grace).
 	GraceUntil time.Time
+	// MaxLease caps the lease horizon members may publish (default 10m):
+	// it is the longest TTL a proxy may grant, and bounds the restart grace.
+	MaxLease time.Duration
+
+	store *store // set by Open: the state kept across restarts
 
 	Logger *zap.Logger
 }
@@ -83,6 +88,9 @@ func (c *Config) defaults() {
 	if c.Generation == 0 {
 		c.Generation = 1
 	}
+	if c.MaxLease <= 0 {
+		c.MaxLease = 10 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -102,6 +110,7 @@ type member struct {
 	addr     string
 	joined   time.Time
 	lastSeq  uint64
+	lastMs   uint64 // horizon (ms) of the last heartbeat
 	lastSeen time.Time
 	horizon  time.Time // local deadline by which all its grants have ended
 }
@@ -128,7 +137,8 @@ type Server struct {
 	next    rdma.NodeID
 	prober  rdma.Prober
 
-	eraMu []sync.Mutex // one recovery at a time per era counter
+	eraMu    []sync.Mutex // one recovery at a time per era counter
+	lastScan time.Time
 
 	stats Stats
 
@@ -216,6 +226,8 @@ func (s *Server) layout() rdma.Layout {
 		EraCount:          s.cfg.Eras,
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
 		DeadAfter:         s.cfg.DeadAfter,
+		MaxLease:          s.cfg.MaxLease,
+		Persistent:        s.cfg.store != nil,
 	}
 }
 
@@ -350,8 +362,11 @@ func (s *Server) monitor() {
 func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var maxMs uint64
 	for _, m := range s.members {
-		s.observe(m, now)
+		if ms := s.observe(m, now); ms > maxMs {
+			maxMs = ms
+		}
 		if now.Sub(m.lastSeen) > s.cfg.DeadAfter {
 			s.stats.Deaths.Add(1)
 			s.bury(m, now, fmt.Sprintf("no heartbeat for %v", now.Sub(m.lastSeen).Round(time.Millisecond)))
@@ -364,26 +379,80 @@ func (s *Server) sweep(now time.Time) {
 		}
 	}
 	s.tombs = kept
+	s.persist(now, maxMs)
+}
+
+// persist saves a longer horizon before confirming it to members (they rely
+// on no horizon the next generation would not know), and the RelCnt high
+// water mark about once a second.
+func (s *Server) persist(now time.Time, maxMs uint64) {
+	st := s.cfg.store
+	if st == nil {
+		return
+	}
+	cur := st.get()
+	hwm := cur.RelHighWater
+	if now.Sub(s.lastScan) >= time.Second {
+		s.lastScan = now
+		hwm = s.scanRelCnt()
+	}
+	if maxMs > cur.MaxHorizonMs || hwm > cur.RelHighWater {
+		err := st.update(func(x *State) bool {
+			changed := false
+			if maxMs > x.MaxHorizonMs {
+				x.MaxHorizonMs, changed = maxMs, true
+			}
+			if hwm > x.RelHighWater {
+				x.RelHighWater, changed = hwm, true
+			}
+			return changed
+		})
+		if err != nil {
+			s.log.Error("saving state failed; horizons stay unconfirmed", zap.Error(err))
+			return
+		}
+	}
+	var b [8]byte
+	putU64(b[:], st.get().MaxHorizonMs)
+	for id := range s.members {
+		_ = s.nodes.Write(rdma.NodeSlotSize*uint64(id)+rdma.SlotConfirmed, b[:])
+	}
+}
+
+// scanRelCnt is the largest RelCnt in the table.
+func (s *Server) scanRelCnt() uint64 {
+	var max uint64
+	for off := uint64(8); off < s.cfg.Entries*16; off += 16 {
+		if v, _ := s.locks.Load8(off); v > max {
+			max = v
+		}
+	}
+	return max
 }
 
 // observe reads m's slot. The sequence is read before the horizon: the node
 // writes the horizon first, so a new sequence implies its horizon is visible.
-func (s *Server) observe(m *member, now time.Time) {
+func (s *Server) observe(m *member, now time.Time) uint64 {
 	base := rdma.NodeSlotSize * uint64(m.id)
 	seq, _ := s.nodes.Load8(base + rdma.SlotSeq)
 	if seq == m.lastSeq {
-		return
+		return m.lastMs
 	}
 	ms, _ := s.nodes.Load8(base + rdma.SlotHorizon)
 	m.lastSeq = seq
 	m.lastSeen = now
-	if ms > uint64(365*24*time.Hour/time.Millisecond) {
-		ms = uint64(365 * 24 * time.Hour / time.Millisecond)
+	if max := uint64(s.cfg.MaxLease/time.Millisecond) + uint64(s.cfg.DeadAfter/time.Millisecond)*2; ms > max {
+		// A member publishing more than the lease cap is misbehaving; its
+		// grants are bounded by the cap anyway, since proxies refuse longer
+		// TTLs. Cap it so it cannot stall recovery for days.
+		ms = max
 	}
+	m.lastMs = ms
 	d := time.Duration(float64(time.Duration(ms)*time.Millisecond) * (1 + s.cfg.ClockDrift))
 	if h := now.Add(d); h.After(m.horizon) {
 		m.horizon = h
 	}
+	return ms
 }
 
 // Recover performs an era-guarded reset of a lock entry when, and only when,
@@ -483,6 +552,20 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 func (s *Server) reset(req rdma.RecoverRequest, eraOff, entryOff uint64, before rdma.U128) (rdma.RecoverReply, error) {
 	all := rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
 	after := rdma.U128{Lo: 0, Hi: before.Hi + rdma.RecoveryLeap}
+	if st := s.cfg.store; st != nil {
+		// The leap outruns the periodic high-water scan: save it first, so
+		// a restart can never start below a token handed out after it.
+		if err := st.update(func(x *State) bool {
+			if after.Hi > x.RelHighWater {
+				x.RelHighWater = after.Hi
+				return true
+			}
+			return false
+		}); err != nil {
+			era, _ := s.eras.Load8(eraOff)
+			return rdma.RecoverReply{Status: rdma.RecoverRefused, Era: era, RetryAfter: time.Second, Reason: "cannot save state: " + err.Error()}, nil
+		}
+	}
 	old, _ := s.locks.MaskedCAS128(entryOff, before, all, after, all)
 	if old == before {
 		// The reset entry has no holder, so it has no owner either.

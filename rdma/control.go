@@ -29,12 +29,16 @@ const (
 // a reader that sees a new sequence also sees that heartbeat's horizon.
 const NodeSlotSize = 32
 
-// Node-slot word offsets and status values.
+// Node-slot word offsets and status values. SlotConfirmed is written by a
+// memory node that persists its state: the longest horizon (ms) it has
+// safely on disk, so that a member relies on a horizon only once the memory
+// node would honour it after a restart.
 const (
-	SlotHorizon = 0
-	SlotSeq     = 8
-	SlotStatus  = 16
-	SlotDead    = 1
+	SlotHorizon   = 0
+	SlotSeq       = 8
+	SlotStatus    = 16
+	SlotConfirmed = 24
+	SlotDead      = 1
 )
 
 // RegionInfo describes a registered region.
@@ -58,6 +62,13 @@ type Layout struct {
 	// DeadAfter is how long a silent member has before it is declared dead.
 	HeartbeatInterval time.Duration
 	DeadAfter         time.Duration
+	// MaxLease is the longest lease horizon members may publish, and so the
+	// longest TTL a proxy may grant; it bounds the restart grace.
+	MaxLease time.Duration
+	// Persistent: the memory node keeps its state across restarts and
+	// confirms horizons in SlotConfirmed; members wait for the confirmation
+	// before relying on a longer horizon.
+	Persistent bool
 }
 
 // EntryAddr is the address of lock-table entry i.

@@ -1,0 +1,136 @@
+package memnode
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// State is the small record a memory node keeps on disk so that a restart,
+// which loses the lock table, can neither hand out a fencing token it may
+// have handed out before nor grant a lock that an old grant still covers.
+type State struct {
+	// Generation counts starts.
+	Generation uint64 `json:"generation"`
+	// RelHighWater is at or above every RelCnt the table could hold when it
+	// was written; the next generation starts its table above it.
+	RelHighWater uint64 `json:"relcnt_high_water"`
+	// MaxHorizonMs is the longest lease horizon a member published and this
+	// node confirmed: no grant outlives its holder's last heartbeat by more.
+	MaxHorizonMs uint64 `json:"max_horizon_ms"`
+	// SavedAt is informational.
+	SavedAt time.Time `json:"saved_at"`
+}
+
+const stateFile = "memnode-state.json"
+
+// store writes State durably: to a temporary file, fsynced, renamed over
+// the old one, and the directory fsynced, so a crash leaves either record.
+type store struct {
+	dir string
+	mu  sync.Mutex
+	st  State
+}
+
+func (s *store) load() (State, bool, error) {
+	raw, err := os.ReadFile(filepath.Join(s.dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, false, nil
+	}
+	if err != nil {
+		return State{}, false, err
+	}
+	var st State
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return State{}, false, fmt.Errorf("memnode: corrupt state file %s: %w", filepath.Join(s.dir, stateFile), err)
+	}
+	return st, true, nil
+}
+
+// update applies f to the state and saves it if f reports a change.
+func (s *store) update(f func(*State) bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.st
+	if !f(&next) {
+		return nil
+	}
+	next.SavedAt = time.Now().UTC()
+	raw, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(s.dir, stateFile+".tmp*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(append(raw, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(s.dir, stateFile))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if d, err := os.Open(s.dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	s.st = next
+	return nil
+}
+
+func (s *store) get() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+// Open prepares cfg for a memory node that keeps its state in dir: the next
+// generation; a table that starts above every RelCnt (every fencing token)
+// the previous generations may have handed out; and, after a restart, no
+// joins until every lease the previous generation may have backed has run
+// out: its longest confirmed horizon (with the drift allowance) plus
+// DeadAfter, or cfg.GraceUntil if that is later.
+func Open(dir string, cfg Config) (Config, error) {
+	cfg.defaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return cfg, err
+	}
+	s := &store{dir: dir}
+	prev, existed, err := s.load()
+	if err != nil {
+		return cfg, err
+	}
+	s.st = prev
+	next := prev
+	next.Generation++
+	if existed {
+		// Between two saves RelCnt grows by releases only (recoveries save
+		// before they leap), far fewer than RecoveryLeap in any interval.
+		next.RelHighWater = prev.RelHighWater + rdma.RecoveryLeap
+		horizon := time.Duration(float64(time.Duration(prev.MaxHorizonMs)*time.Millisecond)*(1+cfg.ClockDrift)) + cfg.DeadAfter
+		if until := time.Now().Add(horizon); until.After(cfg.GraceUntil) {
+			cfg.GraceUntil = until
+		}
+	}
+	if err := s.update(func(st *State) bool { *st = next; return true }); err != nil {
+		return cfg, fmt.Errorf("memnode: saving state: %w", err)
+	}
+	cfg.Generation = next.Generation
+	cfg.RelBase = next.RelHighWater
+	cfg.store = s
+	return cfg, nil
+}
