@@ -117,11 +117,26 @@ func (p *Proc) Output() string { return p.log.String() }
 // stdout; its first submatch becomes Addr. The process is killed when t ends.
 func Start(t testing.TB, name, bin string, args []string, ready *regexp.Regexp) *Proc {
 	t.Helper()
+	p, err := Launch(name, bin, args, ready, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("--- %s output ---\n%s", name, tail(p.Output(), 60))
+		}
+	})
+	return p
+}
+
+// Launch is Start without a test: the caller must Kill or Stop the process.
+func Launch(name, bin string, args []string, ready *regexp.Regexp, timeout time.Duration) (*Proc, error) {
 	p := &Proc{Name: name, Cmd: exec.Command(bin, args...), log: &lineLog{}, done: make(chan struct{})}
 	stdout, _ := p.Cmd.StdoutPipe()
 	stderr, _ := p.Cmd.StderrPipe()
 	if err := p.Cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	addr := make(chan string, 1)
 	var wg sync.WaitGroup
@@ -150,21 +165,15 @@ func Start(t testing.TB, name, bin string, args []string, ready *regexp.Regexp) 
 		p.err = p.Cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			t.Logf("--- %s output ---\n%s", name, tail(p.Output(), 60))
-		}
-	})
 	select {
 	case p.Addr = <-addr:
-		return p
+		return p, nil
 	case <-p.done:
-		t.Fatalf("%s exited before it was ready: %v\n%s", name, p.err, p.Output())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s not ready after 30s\n%s", name, p.Output())
+		return nil, fmt.Errorf("%s exited before it was ready: %v\n%s", name, p.err, tail(p.Output(), 40))
+	case <-time.After(timeout):
+		p.Kill()
+		return nil, fmt.Errorf("%s not ready after %v\n%s", name, timeout, tail(p.Output(), 40))
 	}
-	return nil
 }
 
 func tail(s string, n int) string {
@@ -212,22 +221,24 @@ func (p *Proc) Exited() bool {
 }
 
 var (
-	memnodeReady = regexp.MustCompile(`memnode listening on (\S+)`)
-	proxyReady   = regexp.MustCompile(`proxy listening on (\S+)`)
+	// MemnodeReady and ProxyReady match the line each binary prints once it
+	// serves, capturing the address.
+	MemnodeReady = regexp.MustCompile(`memnode listening on (\S+)`)
+	ProxyReady   = regexp.MustCompile(`proxy listening on (\S+)`)
 )
 
 // Memnode starts cmd/memnode on a free loopback port.
 func Memnode(t testing.TB, args ...string) *Proc {
 	t.Helper()
 	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, args...)
-	return Start(t, "memnode", Bin(t, "memnode"), args, memnodeReady)
+	return Start(t, "memnode", Bin(t, "memnode"), args, MemnodeReady)
 }
 
 // Proxy starts cmd/proxy on a free loopback port.
 func Proxy(t testing.TB, args ...string) *Proc {
 	t.Helper()
 	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, args...)
-	return Start(t, "proxy", Bin(t, "proxy"), args, proxyReady)
+	return Start(t, "proxy", Bin(t, "proxy"), args, ProxyReady)
 }
 
 // FreePort returns a loopback port that was free a moment ago.
