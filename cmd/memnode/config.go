@@ -34,6 +34,8 @@ type config struct {
 	// does not act on them yet (see the RESTART LOGIC marker in main.go).
 	StateDir     string        `yaml:"state_dir"`
 	RestartGrace time.Duration `yaml:"restart_grace"`
+	// MaxLease caps the TTLs proxies may grant (and so the restart grace).
+	MaxLease time.Duration `yaml:"max_lease"`
 
 	// CPUProfile (flag only) writes a CPU profile until shutdown.
 	CPUProfile string `yaml:"-"`
@@ -49,6 +51,7 @@ func defaultConfig() config {
 		DeadAfter:         time.Second,
 		MetricsListen:     "127.0.0.1:9300",
 		LogLevel:          "info",
+		MaxLease:          10 * time.Minute,
 	}
 }
 
@@ -69,8 +72,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
 	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&f.PaperRecovery, "paper-recovery", false, "recover entries as ShiftLock §3.6 does, without probing members (microbenchmarks only)")
-	fs.StringVar(&f.StateDir, "state-dir", "", "directory for restart state (used by the restart logic)")
-	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for this long after a restart (used by the restart logic)")
+	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts")
+	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
+	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -107,6 +111,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.StateDir = f.StateDir
 		case "restart-grace":
 			cfg.RestartGrace = f.RestartGrace
+		case "max-lease":
+			cfg.MaxLease = f.MaxLease
 		}
 	})
 	return cfg, cfg.validate()

@@ -74,14 +74,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		PaperRecovery:     cfg.PaperRecovery,
 		Logger:            log,
 	}
-	// RESTART LOGIC: generation persistence hooks in here. With
-	// cfg.StateDir set it is to load the previous generation, set
-	// mcfg.Generation and mcfg.RelBase, and hold joins off until
-	// mcfg.GraceUntil = now + cfg.RestartGrace (DESIGN.md §4). Until then
-	// every start is a fresh generation 1 and both keys are inert.
-	if cfg.StateDir != "" || cfg.RestartGrace != 0 {
-		log.Warn("state_dir and restart_grace are accepted but not acted on by this build",
-			zap.String("state_dir", cfg.StateDir), zap.Duration("restart_grace", cfg.RestartGrace))
+	// Restart logic (DESIGN §4): with a state directory, each start is a
+	// new generation whose table starts above every fencing token handed
+	// out before, and joins wait until every lease the previous generation
+	// may have backed has run out.
+	mcfg.MaxLease = cfg.MaxLease
+	if cfg.StateDir != "" {
+		if cfg.RestartGrace > 0 {
+			mcfg.GraceUntil = time.Now().Add(cfg.RestartGrace)
+		}
+		mcfg, err = memnode.Open(cfg.StateDir, mcfg)
+		if err != nil {
+			log.Error("state", zap.Error(err))
+			return 1
+		}
+		log.Info("generation", zap.Uint64("generation", mcfg.Generation), zap.Uint64("relcnt_base", mcfg.RelBase),
+			zap.Duration("restart_grace", time.Until(mcfg.GraceUntil).Round(time.Millisecond)))
+	} else if cfg.RestartGrace != 0 {
+		log.Warn("restart_grace needs state_dir: without saved state every start is generation 1 with nothing to wait for")
 	}
 	host := memnode.New(mcfg)
 	defer host.Close()
