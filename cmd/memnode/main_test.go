@@ -45,7 +45,7 @@ restart_grace: 30s
 	want := config{
 		Listen: "0.0.0.0:7400", Entries: 2048, Eras: 8, MaxNodes: 100,
 		HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 3 * time.Second,
-		MetricsListen: "", LogLevel: "warn", PaperRecovery: true, StateDir: "/var/lib/memnode", RestartGrace: 30 * time.Second,
+		MetricsListen: "", LogLevel: "warn", PaperRecovery: true, StateDir: "/var/lib/memnode", RestartGrace: 30 * time.Second, MaxLease: 10 * time.Minute,
 	}
 	if cfg != want {
 		t.Fatalf("got  %+v\nwant %+v", cfg, want)
