@@ -84,6 +84,9 @@ type row struct {
 	fabric, verb string
 	med, p99     time.Duration
 	rate         [len(outstanding)]float64
+	// CPU per verb at 64 outstanding: this process, and the memnode
+	// process (tcpfab against a separate memnode only).
+	cpu, serverCPU time.Duration
 }
 
 type result struct {
@@ -150,12 +153,12 @@ func measure(o options, p pair, res *result) error {
 			return fmt.Errorf("%s %s: %w", p.name, v.name, err)
 		}
 		for i, n := range outstanding {
-			if r.rate[i], err = throughput(p, v, n, o.duration); err != nil {
+			if r.rate[i], r.cpu, r.serverCPU, err = throughput(p, v, n, o.duration); err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
 		}
-		fmt.Fprintf(os.Stderr, "  %-7s %-13s median %8v p99 %8v  %10.0f %10.0f %10.0f /s\n",
-			r.fabric, r.verb, r.med, r.p99, r.rate[0], r.rate[1], r.rate[2])
+		fmt.Fprintf(os.Stderr, "  %-7s %-13s median %8v p99 %8v  %10.0f %10.0f %10.0f /s  cpu/verb@64 %v + %v\n",
+			r.fabric, r.verb, r.med, r.p99, r.rate[0], r.rate[1], r.rate[2], r.cpu, r.serverCPU)
 		res.rows = append(res.rows, r)
 	}
 	return nil
@@ -201,6 +204,7 @@ func memfabPair() (pair, func(), error) {
 func tcpfabPair(bin string) (pair, func(), error) {
 	var addr string
 	var stop func()
+	pid := 0
 	if bin != "" {
 		cmd, a, err := startProc("memnode listening on ", bin,
 			"-listen", "127.0.0.1:0", "-metrics", "", "-entries", "65536", "-log-level", "warn",
@@ -208,7 +212,7 @@ func tcpfabPair(bin string) (pair, func(), error) {
 		if err != nil {
 			return pair{}, nil, err
 		}
-		addr, stop = a, func() { stopProc(cmd) }
+		addr, stop, pid = a, func() { stopProc(cmd) }, cmd.Process.Pid
 	} else {
 		host := memnode.New(memnode.Config{Entries: 1 << 16, HeartbeatInterval: benchHeartbeat, DeadAfter: benchDeadAfter})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -234,7 +238,7 @@ func tcpfabPair(bin string) (pair, func(), error) {
 	}
 	b.Bind(func(rdma.Message) error { return nil })
 	sa, sb := keepAlive(a), keepAlive(b)
-	return pair{name: "tcpfab", a: a, b: b, tgt: 1}, func() {
+	return pair{name: "tcpfab", a: a, b: b, tgt: 1, serverPID: pid}, func() {
 		sa()
 		sb()
 		a.Close()

@@ -18,6 +18,9 @@ type pair struct {
 	name string
 	a, b rdma.Endpoint
 	tgt  rdma.Target
+	// serverPID is the memnode process serving a, or 0 when the server (if
+	// any) runs in this process and its CPU is already counted here.
+	serverPID int
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(10*time.Second), 3) }
@@ -47,8 +50,9 @@ func latency(p pair, v verb, samples int) (med, p99 time.Duration, err error) {
 }
 
 // throughput runs n goroutines issuing the verb back to back and returns
-// verbs per second over d, after a warm-up of d/5.
-func throughput(p pair, v verb, n int, d time.Duration) (float64, error) {
+// verbs per second over d, after a warm-up of d/5, and the CPU time per verb
+// this process and the memnode process spent meanwhile.
+func throughput(p pair, v verb, n int, d time.Duration) (rate float64, cpu, serverCPU time.Duration, err error) {
 	ctx := context.Background()
 	type slot struct {
 		n atomic.Uint64
@@ -81,15 +85,16 @@ func throughput(p pair, v verb, n int, d time.Duration) (float64, error) {
 		return t
 	}
 	time.Sleep(d / 5)
-	c0, t0 := sum(), time.Now()
+	c0, t0, u0, s0 := sum(), time.Now(), cpuTime(), procCPUTime(p.serverPID)
 	time.Sleep(d)
-	c1, t1 := sum(), time.Now()
+	c1, t1, u1, s1 := sum(), time.Now(), cpuTime(), procCPUTime(p.serverPID)
 	stop.Store(true)
 	wg.Wait()
 	if e := firstErr.Load(); e != nil {
-		return 0, fmt.Errorf("%s x%d: %w", v.name, n, *e)
+		return 0, 0, 0, fmt.Errorf("%s x%d: %w", v.name, n, *e)
 	}
-	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+	verbs := max(c1-c0, 1)
+	return float64(c1-c0) / t1.Sub(t0).Seconds(), (u1 - u0) / time.Duration(verbs), (s1 - s0) / time.Duration(verbs), nil
 }
 
 // singleCore runs the verb in one goroutine locked to one thread with

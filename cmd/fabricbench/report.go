@@ -48,6 +48,8 @@ func median(rs []result) result {
 		for j := range outstanding {
 			out.rows[i].rate[j] = midF(func(r result) float64 { return r.rows[i].rate[j] })
 		}
+		out.rows[i].cpu = midD(func(r result) time.Duration { return r.rows[i].cpu })
+		out.rows[i].serverCPU = midD(func(r result) time.Duration { return r.rows[i].serverCPU })
 	}
 	return out
 }
@@ -62,12 +64,16 @@ func report(w io.Writer, o options, r result) {
 	fmt.Fprintf(w, "fabricbench: %d run(s), median of runs per cell; %d latency samples, %v per rate cell; GOMAXPROCS=%d\n",
 		o.runs, o.samples, o.duration, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "tcpfab: client in this process, served by %s\n\n", server)
-	fmt.Fprintln(w, "| fabric | verb | median µs | p99 µs | verbs/s @1 | verbs/s @16 | verbs/s @64 |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| fabric | verb | median µs | p99 µs | verbs/s @1 | verbs/s @16 | verbs/s @64 | CPU µs/verb @64 (client + memnode) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, x := range r.rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %.0f | %.0f |\n", x.fabric, x.verb, us(x.med), us(x.p99), x.rate[0], x.rate[1], x.rate[2])
+		cpu := us(x.cpu)
+		if x.serverCPU > 0 {
+			cpu += " + " + us(x.serverCPU)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %s |\n", x.fabric, x.verb, us(x.med), us(x.p99), x.rate[0], x.rate[1], x.rate[2], cpu)
 	}
-	fmt.Fprintf(w, "| tcp echo | %d B, 1 outstanding | %s | %s | | | |\n\n", echoSize, us(r.echoMed), us(r.echoP99))
+	fmt.Fprintf(w, "| tcp echo | %d B, 1 outstanding | %s | %s | | | | |\n\n", echoSize, us(r.echoMed), us(r.echoP99))
 
 	worstRatio, worstVerb := 0.0, ""
 	minRate, minVerb := 0.0, ""

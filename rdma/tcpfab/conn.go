@@ -99,15 +99,20 @@ func newRPCConn(c net.Conn, what string, log *zap.Logger) *rpcConn {
 	}
 }
 
+// maxYields bounds how long the writer waits for more frames.
+const maxYields = 8
+
 func (rc *rpcConn) start() {
 	go rc.idleReader()
 	go rc.writeLoop()
 }
 
 // writeLoop flushes on behalf of callers that are not alone on the
-// connection. It yields before writing so that the callers just woken by
-// replies get to queue their next requests first, and one write carries them
-// all: under load, syscalls per verb fall instead of staying at one.
+// connection. It yields before writing, for as long as the callers just
+// woken by replies keep queueing their next requests, so that one write
+// carries them all: under load, syscalls per verb fall instead of staying
+// at one. (Measured at 64 in flight: about 20 frames per write with a
+// single yield, 30 to 45 with this.)
 func (rc *rpcConn) writeLoop() {
 	for {
 		select {
@@ -115,7 +120,14 @@ func (rc *rpcConn) writeLoop() {
 		case <-rc.broken:
 			return
 		}
-		runtime.Gosched()
+		for i, n := 0, rc.s.queued(); i < maxYields; i++ {
+			runtime.Gosched()
+			m := rc.s.queued()
+			if m == n {
+				break
+			}
+			n = m
+		}
 		if err := rc.s.flush(); err != nil {
 			rc.fail(rc.unreachable(err))
 			return

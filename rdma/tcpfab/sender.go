@@ -80,3 +80,10 @@ func (s *sender) fail(err error) {
 	}
 	s.mu.Unlock()
 }
+
+// queued is the number of bytes waiting to be written.
+func (s *sender) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.buf)
+}
