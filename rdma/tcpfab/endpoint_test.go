@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -402,5 +403,28 @@ func TestManyOutstanding(t *testing.T) {
 	}
 	if v := rdma.U128From(buf[:]); v != (rdma.U128{Lo: goroutines * iters, Hi: goroutines * iters}) {
 		t.Fatalf("lost updates: %v, want %d in both words", v, goroutines*iters)
+	}
+}
+
+// TestServeContext: the package-level Serve stops when its context ends,
+// closing its members' connections, and returns nil.
+func TestServeContext(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 64})
+	t.Cleanup(host.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, host, nil) }()
+	a := dial(t, ln.Addr().String(), "a")
+	mustFAA(t, a, 0, 0)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+	if _, err := a.FAA(testCtx(t), a.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("verb after the server stopped: %v", err)
 	}
 }
