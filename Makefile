@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build run test deps vet lint fuzz bench-fabric bench-proxy clean
+.PHONY: all build run test deps vet lint fuzz bench-fabric bench-proxy chaos clean
 
 all: build
 
@@ -50,10 +50,30 @@ bench-fabric: memnode
 	$(GO) build -o $(BIN)/fabricbench ./cmd/fabricbench
 	$(BIN)/fabricbench -memnode $(BIN)/memnode -runs 3
 
+# Fault campaign with real processes: a memnode, three proxies, 48 clients,
+# every fault kind in rotation (kill -9, memnode restart, SIGSTOP, toxiproxy
+# link faults). CHAOS_TIME=10m by default; the result goes to
+# docs/reliability.md. A one-minute variant runs in `make test` (package chaos).
+CHAOS_TIME ?= 10m
+chaos:
+	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/memnode ./cmd/chaos
+	$(BIN)/chaos -duration $(CHAOS_TIME) -doc docs/reliability.md
+
 # The proxy (embedded memory node) against a real redis-server, same run.
 bench-proxy: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/proxybench
 	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 3 -doc docs/benchmarks.md
+
+# The lock microbenchmark tool alone (`build` builds it too).
+.PHONY: lockbench bench-micro
+lockbench:
+	$(GO) build -o $(BIN)/lockbench ./cmd/lockbench
+
+# Lock microbenchmarks (ShiftLock Fig. 4-6 and 13): ShiftLock and the
+# baselines on memfab and on a real memnode process, 3 rounds, about 25 min.
+# Results go to docs/benchmarks.md ("## Microbenchmarks") and docs/img/micro-*.png.
+bench-micro: lockbench memnode
+	./scripts/bench-micro.sh
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,367 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
+)
+
+// Config is one campaign.
+type Config struct {
+	MemnodeBin, ProxyBin string
+	WorkDir              string // state directory of the memnode, logs
+
+	Proxies int
+	Clients int
+	Keys    int
+	Zipf    float64 // key skew
+	Shared  float64 // fraction of shared acquires
+
+	TTL  time.Duration // PX of every acquire
+	Wait time.Duration // WAIT of every acquire
+	Hold time.Duration // longest critical section (uniform in [0, Hold])
+
+	DeadAfter, Heartbeat time.Duration
+
+	Duration   time.Duration
+	FaultEvery time.Duration
+	Kinds      []string // faults to inject, in rotation
+
+	// Plant makes one client record a critical section it never locked, to
+	// show that the checker catches a double grant.
+	Plant bool
+
+	Seed uint64
+	Log  io.Writer
+}
+
+// FaultKinds are the faults a campaign knows.
+var FaultKinds = []string{
+	"kill-proxy", "memnode-restart", "pause-proxy",
+	"mem-latency", "mem-timeout", "mem-reset", "mem-partition",
+	"peer-latency", "peer-partition",
+}
+
+// Result is what a campaign saw.
+type Result struct {
+	Ops           int // acquire requests
+	Granted, Busy int
+	Errors        int            // refused with an error (proxy restarting, TRYAGAIN, timeouts during faults)
+	Stuck         int            // requests that outlived the documented bound while their proxy was healthy
+	Faults        map[string]int // injected, by kind
+	Violations    []Violation
+	Recoveries    []time.Duration // kill -9 of a proxy holding locks -> first grant of each of its keys elsewhere
+	RecoveryBound time.Duration
+	RequestBound  time.Duration
+	Elapsed       time.Duration
+	MaxAnswer     time.Duration // slowest answered request to a healthy proxy
+	ErrorKinds    map[string]int
+}
+
+func (c *Config) defaults() {
+	if c.Proxies == 0 {
+		c.Proxies = 3
+	}
+	if c.Clients == 0 {
+		c.Clients = 48
+	}
+	if c.Keys == 0 {
+		c.Keys = 16
+	}
+	if c.Zipf == 0 {
+		c.Zipf = 0.9
+	}
+	if c.TTL == 0 {
+		c.TTL = 1500 * time.Millisecond
+	}
+	if c.Wait == 0 {
+		c.Wait = time.Second
+	}
+	if c.Hold == 0 {
+		c.Hold = 10 * time.Millisecond
+	}
+	if c.DeadAfter == 0 {
+		c.DeadAfter = time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 100 * time.Millisecond
+	}
+	if c.FaultEvery == 0 {
+		c.FaultEvery = 8 * time.Second
+	}
+	if len(c.Kinds) == 0 {
+		c.Kinds = FaultKinds
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+// Bounds documented in docs/reliability.md. A proxy's lease horizon is the
+// longest TTL it grants plus a quarter of dead_after (lockmap.Lease), so a
+// dead proxy's locks are free within dead_after + horizon, plus detection
+// and recovery round trips (the 1 s allowance). A request ends within its
+// WAIT plus the client's own read timeout slack.
+func (c Config) recoveryBound() time.Duration {
+	horizon := maxDur(c.TTL, c.DeadAfter) + c.DeadAfter/4
+	return c.DeadAfter + horizon + time.Second
+}
+
+func (c Config) requestBound() time.Duration { return c.Wait + 2*time.Second }
+
+func maxDur(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// campaign is the shared state of a run.
+type campaign struct {
+	cfg  Config
+	topo *topology
+
+	mu      sync.Mutex
+	history []Op
+	faulty  []faultWindow // when each proxy was being faulted
+	kills   []killEvent
+
+	ops, granted, busy, errs, stuck atomic.Int64
+	maxAnswer                       atomic.Int64
+	faults                          map[string]int
+	errKinds                        map[string]int
+}
+
+type faultWindow struct {
+	proxy      int // -1: every proxy (memnode faults)
+	start, end time.Time
+}
+
+type killEvent struct {
+	proxy int
+	at    time.Time
+	keys  []string // keys its clients held when it died
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// Run runs a campaign and checks its history.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	// Proxies are killed on purpose; the client library's dial errors are
+	// counted, not logged.
+	redis.SetLogger(quiet{})
+	topo, err := newTopology(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer topo.stop()
+	if err := topo.start(); err != nil {
+		return Result{}, err
+	}
+	c := &campaign{cfg: cfg, topo: topo, faults: map[string]int{}, errKinds: map[string]int{}}
+	start := time.Now()
+	end := start.Add(cfg.Duration)
+	runCtx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	clients := make([]*redis.Client, cfg.Proxies)
+	for i, pp := range topo.proxies {
+		clients[i] = redis.NewClient(&redis.Options{
+			Addr: addr(pp.respPort), PoolSize: cfg.Clients/cfg.Proxies + 4,
+			ReadTimeout: cfg.requestBound() - 500*time.Millisecond, DialTimeout: time.Second,
+			MaxRetries: -1, // a retried acquire could be granted twice
+		})
+		defer clients[i].Close()
+	}
+	zipf := keydist.NewZipf(uint64(cfg.Keys), cfg.Zipf)
+	held := make([]atomic.Int64, cfg.Proxies) // locks currently held through each proxy
+	var heldKeys sync.Map                     // "proxy/key" -> count
+	for w := 0; w < cfg.Clients; w++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			c.client(runCtx, id, clients[id%cfg.Proxies], id%cfg.Proxies, zipf, &held[id%cfg.Proxies], &heldKeys)
+		}(w)
+	}
+	if cfg.Plant {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.rogue(runCtx) }()
+	}
+	c.injectFaults(runCtx, held, &heldKeys)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	// Let in-flight recoveries finish before measuring them.
+	c.mu.Lock()
+	hist := append([]Op(nil), c.history...)
+	kills := append([]killEvent(nil), c.kills...)
+	c.mu.Unlock()
+	res := Result{
+		Ops: int(c.ops.Load()), Granted: int(c.granted.Load()), Busy: int(c.busy.Load()),
+		Errors: int(c.errs.Load()), Stuck: int(c.stuck.Load()), Faults: c.faults,
+		Violations: Check(hist), RecoveryBound: cfg.recoveryBound(), RequestBound: cfg.requestBound(),
+		Elapsed: elapsed, MaxAnswer: time.Duration(c.maxAnswer.Load()), ErrorKinds: c.errKinds,
+	}
+	res.Recoveries = recoveries(hist, kills)
+	return res, nil
+}
+
+// client loops: acquire (shared or exclusive), hold, release, recording
+// what it believed.
+func (c *campaign) client(ctx context.Context, id int, rc *redis.Client, proxy int, zipf *keydist.Zipf, held *atomic.Int64, heldKeys *sync.Map) {
+	r := rand.New(rand.NewPCG(c.cfg.Seed, uint64(id)))
+	name := fmt.Sprintf("c%d@p%d", id, proxy)
+	for seq := 0; ctx.Err() == nil; seq++ {
+		key := "chaos:" + strconv.FormatUint(zipf.Next(r), 10)
+		shared := r.Float64() < c.cfg.Shared
+		token := fmt.Sprintf("%s-%d", name, seq)
+		args := []any{"LOCK.ACQUIRE", key, token}
+		if shared {
+			args = append(args, "SHARED")
+		}
+		args = append(args, "PX", c.cfg.TTL.Milliseconds(), "WAIT", c.cfg.Wait.Milliseconds())
+		sent := time.Now()
+		c.ops.Add(1)
+		fence, err := rc.Do(context.Background(), args...).Uint64()
+		took := time.Since(sent)
+		switch {
+		case errors.Is(err, redis.Nil):
+			c.busy.Add(1)
+			c.noteAnswer(proxy, sent, took)
+			continue
+		case err != nil:
+			c.errs.Add(1)
+			c.noteError(err)
+			if took > c.cfg.requestBound() && !c.faulted(proxy, sent, time.Now()) {
+				c.stuck.Add(1)
+				fmt.Fprintf(c.cfg.Log, "stuck: %s %s took %v: %v\n", name, key, took, err)
+			}
+			sleep(ctx, 50*time.Millisecond)
+			continue
+		}
+		c.granted.Add(1)
+		c.noteAnswer(proxy, sent, took)
+		granted := time.Now()
+		hk := strconv.Itoa(proxy) + "/" + key
+		held.Add(1)
+		n, _ := heldKeys.LoadOrStore(hk, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		hold := time.Duration(r.Int64N(int64(c.cfg.Hold) + 1))
+		sleep(ctx, hold)
+		released := time.Now()
+		n.(*atomic.Int64).Add(-1)
+		held.Add(-1)
+		c.record(Op{Client: name, Key: key, Shared: shared, Fence: fence, Sent: sent, Granted: granted, Released: released, TTL: c.cfg.TTL})
+		rctx, cancel := context.WithTimeout(context.Background(), c.cfg.requestBound())
+		rc.Do(rctx, "LOCK.RELEASE", key, token)
+		cancel()
+	}
+}
+
+// rogue records critical sections without taking the lock: the planted
+// double grant the checker must find.
+func (c *campaign) rogue(ctx context.Context) {
+	for i := 0; ctx.Err() == nil; i++ {
+		start := time.Now()
+		sleep(ctx, 5*time.Millisecond)
+		c.record(Op{Client: "rogue", Key: "chaos:0", Fence: 1, Sent: start, Granted: start, Released: time.Now(), TTL: c.cfg.TTL})
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// noteError counts errors by their first words, for the report.
+func (c *campaign) noteError(err error) {
+	msg := err.Error()
+	if i := strings.IndexAny(msg, ":("); i > 0 {
+		msg = msg[:i]
+	}
+	if len(msg) > 60 {
+		msg = msg[:60]
+	}
+	c.mu.Lock()
+	c.errKinds[msg]++
+	c.mu.Unlock()
+}
+
+func (c *campaign) record(o Op) {
+	c.mu.Lock()
+	c.history = append(c.history, o)
+	c.mu.Unlock()
+}
+
+// noteAnswer keeps the slowest answer from a proxy that was not faulted.
+func (c *campaign) noteAnswer(proxy int, sent time.Time, took time.Duration) {
+	if c.faulted(proxy, sent, sent.Add(took)) {
+		return
+	}
+	for {
+		cur := c.maxAnswer.Load()
+		if int64(took) <= cur || c.maxAnswer.CompareAndSwap(cur, int64(took)) {
+			break
+		}
+	}
+	if took > c.cfg.requestBound() {
+		c.stuck.Add(1)
+	}
+}
+
+// faulted reports whether proxy was under a fault at some point in [from, to],
+// or shortly after one (it may still be rejoining).
+func (c *campaign) faulted(proxy int, from, to time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	settle := c.cfg.recoveryBound() + 3*time.Second
+	for _, w := range c.faulty {
+		if (w.proxy == proxy || w.proxy == -1) && !from.After(w.end.Add(settle)) && !to.Before(w.start) {
+			return true
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// recoveries measures, for every proxy killed while holding locks, how long
+// until each of its keys was granted again through another proxy.
+func recoveries(hist []Op, kills []killEvent) []time.Duration {
+	var out []time.Duration
+	sort.Slice(hist, func(i, j int) bool { return hist[i].Granted.Before(hist[j].Granted) })
+	for _, k := range kills {
+		victim := "@p" + strconv.Itoa(k.proxy)
+		for _, key := range k.keys {
+			for _, o := range hist {
+				if o.Key == key && o.Granted.After(k.at) && !hasSuffix(o.Client, victim) {
+					out = append(out, o.Granted.Sub(k.at))
+					break
+				}
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }

@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+)
+
+func campaignConfig(t *testing.T) Config {
+	return Config{
+		MemnodeBin: testproc.Bin(t, "memnode"), ProxyBin: testproc.Bin(t, "proxy"),
+		WorkDir: t.TempDir(), Clients: 24, Keys: 8, Seed: 1, Log: testLog{t},
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) { l.t.Logf("%s", p); return len(p), nil }
+
+// TestEveryFaultKind is the short campaign CI runs: real memnode and proxy
+// processes, every fault kind once, and the history must be clean.
+func TestEveryFaultKind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign")
+	}
+	cfg := campaignConfig(t)
+	cfg.FaultEvery = 6 * time.Second
+	cfg.Duration = time.Duration(len(FaultKinds)+1) * cfg.FaultEvery
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + Report(cfg, res))
+	for _, k := range FaultKinds {
+		if res.Faults[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	if len(res.Violations) > 0 {
+		t.Errorf("%d violations, first: %v", len(res.Violations), res.Violations[0])
+	}
+	if res.Stuck > 0 {
+		t.Errorf("%d stuck requests", res.Stuck)
+	}
+	for _, d := range res.Recoveries {
+		if d > res.RecoveryBound {
+			t.Errorf("recovery took %v, beyond the bound %v", d, res.RecoveryBound)
+		}
+	}
+	if res.Granted == 0 {
+		t.Fatal("no lock was granted")
+	}
+}
+
+// TestPlantedDoubleGrantIsCaught: a client that records a critical section
+// without the lock, on the hottest key, must show up as a violation.
+func TestPlantedDoubleGrantIsCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign")
+	}
+	cfg := campaignConfig(t)
+	cfg.Plant = true
+	cfg.Duration = 8 * time.Second
+	cfg.FaultEvery = time.Hour // no faults: only the planted violation
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Violations) == 0 {
+		t.Fatal("the planted double grant went unnoticed")
+	}
+	for _, v := range res.Violations {
+		if v.A.Client != "rogue" && v.B.Client != "rogue" {
+			t.Fatalf("a violation not involving the planted client: %v", v)
+		}
+	}
+	t.Logf("%d violations, all involving the planted client; first: %v", len(res.Violations), res.Violations[0])
+}

@@ -1,0 +1,64 @@
+package chaos
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report renders a campaign's result as Markdown.
+func Report(cfg Config, r Result) string {
+	cfg.defaults()
+	var b strings.Builder
+	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
+	model := "unknown CPU"
+	if out, err := exec.Command("sh", "-c", "lscpu | sed -n 's/^Model name:[[:space:]]*//p'").Output(); err == nil && len(out) > 0 {
+		model = strings.TrimSpace(string(out))
+	}
+	w("## Fault campaign (`make chaos`)\n\n")
+	w("Run on %s, %s, %d cores. %v campaign: 1 memnode process (with a state directory), %d proxy processes, %d clients on %d keys (Zipf %.2f), %.0f%% shared acquires, TTL %v, WAIT %v, memnode dead_after %v; one fault every %v, rotating through: %s.\n\n",
+		time.Now().Format("2006-01-02"), model, runtime.NumCPU(), r.Elapsed.Round(time.Second), cfg.Proxies, cfg.Clients, cfg.Keys, cfg.Zipf,
+		cfg.Shared*100, cfg.TTL, cfg.Wait, cfg.DeadAfter, cfg.FaultEvery, strings.Join(cfg.Kinds, ", "))
+	w("| measure | value |\n|---|---|\n")
+	w("| acquire requests | %d |\n", r.Ops)
+	w("| granted / busy (nil after WAIT) / refused with an error | %d / %d / %d |\n", r.Granted, r.Busy, r.Errors)
+	var kinds []string
+	total := 0
+	for k, n := range r.Faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	var ek []string
+	for k, n := range r.ErrorKinds {
+		ek = append(ek, fmt.Sprintf("%s (%d)", k, n))
+	}
+	sort.Strings(ek)
+	if len(ek) > 0 {
+		w("| errors by kind | %s |\n", strings.Join(ek, "; "))
+	}
+	w("| faults injected | %d (%s) |\n", total, strings.Join(kinds, ", "))
+	w("| **violations** (overlapping conflicting holders, or fences out of order) | **%d** |\n", len(r.Violations))
+	w("| **stuck requests** (no answer within WAIT + 2 s = %v from a proxy not under a fault) | **%d** |\n", r.RequestBound, r.Stuck)
+	w("| slowest answer from a healthy proxy | %v |\n", r.MaxAnswer.Round(time.Millisecond))
+	if n := len(r.Recoveries); n > 0 {
+		w("| recovery after kill -9 of a proxy holding locks (%d keys): p50 / max | %v / %v (bound dead_after + horizon + 1 s = %v: %s) |\n",
+			n, r.Recoveries[n/2].Round(time.Millisecond), r.Recoveries[n-1].Round(time.Millisecond), r.RecoveryBound,
+			map[bool]string{true: "met", false: "**exceeded**"}[r.Recoveries[n-1] <= r.RecoveryBound])
+	} else {
+		w("| recovery after kill -9 of a proxy holding locks | no killed proxy held a lock at the time |\n")
+	}
+	if len(r.Violations) > 0 {
+		w("\nFirst violations:\n\n")
+		for i, v := range r.Violations {
+			if i == 10 {
+				break
+			}
+			w("- %v\n", v)
+		}
+	}
+	return b.String()
+}
