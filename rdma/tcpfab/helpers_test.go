@@ -28,6 +28,11 @@ func startServer(t testing.TB, cfg memnode.Config) *testServer {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+	if cfg.DeadAfter == 0 {
+		// Tests that do not heartbeat must not be fenced by a slow,
+		// loaded (-race) run; the fencing tests set their own timing.
+		cfg.DeadAfter = time.Minute
+	}
 	host := memnode.New(cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -142,7 +142,7 @@ func (p *memnodeProc) metric(t *testing.T, name string) float64 {
 // fail at once, while their direct Sends keep working.
 func TestMemnodeProcess(t *testing.T) {
 	bin := buildMemnode(t)
-	p := startMemnode(t, bin, "-heartbeat", "20ms", "-dead-after", "400ms")
+	p := startMemnode(t, bin, "-heartbeat", "50ms", "-dead-after", "1s")
 	ctx := testCtx(t)
 	a, b := dial(t, p.addr, "a"), dial(t, p.addr, "b")
 	silent := dial(t, p.addr, "silent")
@@ -151,7 +151,7 @@ func TestMemnodeProcess(t *testing.T) {
 		t.Cleanup(hb.Stop)
 	}
 	l := a.Layout()
-	if l.LockEntries != 4096 || l.HeartbeatInterval != 20*time.Millisecond || l.DeadAfter != 400*time.Millisecond {
+	if l.LockEntries != 4096 || l.HeartbeatInterval != 50*time.Millisecond || l.DeadAfter != time.Second {
 		t.Fatalf("layout does not reflect the flags: %+v", l)
 	}
 
