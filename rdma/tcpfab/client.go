@@ -54,6 +54,7 @@ type Endpoint struct {
 	probe atomic.Pointer[func(uint64) rdma.Hold]
 
 	closed atomic.Bool
+	stop   chan struct{} // closed by Close: ends the watchdog
 
 	peers peerSide
 	wg    sync.WaitGroup
@@ -69,7 +70,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	e := &Endpoint{cfg: cfg, log: cfg.Logger, timeout: cfg.Timeout}
+	e := &Endpoint{cfg: cfg, log: cfg.Logger, timeout: cfg.Timeout, stop: make(chan struct{})}
 	if e.timeout == 0 {
 		e.timeout = DefaultTimeout
 	}
@@ -106,6 +107,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 		_ = ln.Close()
 		e.mn.fail(rdma.ErrClosed)
 		<-e.mn.exited
+		close(e.stop)
 		e.wg.Wait()
 		return nil, err
 	}
@@ -116,7 +118,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 		}
 		e.known[r.ID] = true
 	}
-	e.peers.init(e, ln, rep.Peers)
+	e.peers.init(e, ln, adv, rep.Peers)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -125,13 +127,14 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 	return e, nil
 }
 
-// watchdog enforces the default timeout on every connection of e.
+// watchdog enforces the default timeout on every connection of e, the peer
+// connections included: Sends still work after the memory node is gone.
 func (e *Endpoint) watchdog() {
 	t := time.NewTicker(min(max(e.timeout/8, 5*time.Millisecond), 250*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
-		case <-e.mn.broken:
+		case <-e.stop:
 			return
 		case now := <-t.C:
 			e.mn.expire(now)
@@ -181,6 +184,7 @@ func (e *Endpoint) Close() error {
 	cancel()
 	e.mn.fail(rdma.ErrClosed)
 	<-e.mn.exited
+	close(e.stop)
 	e.wg.Wait()
 	return nil
 }

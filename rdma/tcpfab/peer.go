@@ -40,16 +40,14 @@ type peer struct {
 	dial sync.Mutex // one dial at a time
 }
 
-func (ps *peerSide) init(e *Endpoint, ln net.Listener, book []rdma.Peer) {
-	ps.e, ps.ln = e, ln
+// init runs once joined; the watchdog may already be looking at ps.
+func (ps *peerSide) init(e *Endpoint, ln net.Listener, self string, book []rdma.Peer) {
+	ps.mu.Lock()
+	ps.e, ps.ln, ps.self = e, ln, self
 	ps.out = map[rdma.NodeID]*peer{}
 	ps.inbound = map[net.Conn]struct{}{}
+	ps.mu.Unlock()
 	ps.learn(book)
-	for _, p := range book {
-		if p.Node == e.node {
-			ps.self = p.Addr
-		}
-	}
 }
 
 // learn replaces the address book with the memory node's current one.

@@ -3,11 +3,13 @@ package tcpfab
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
@@ -188,5 +190,41 @@ func TestDialStalled(t *testing.T) {
 	_, err = Dial(context.Background(), ln.Addr().String(), Config{Timeout: 100 * time.Millisecond})
 	if !errors.Is(err, rdma.ErrUnreachable) {
 		t.Fatalf("dial of a silent memory node: %v", err)
+	}
+}
+
+// TestSendToStalledPeer: a Send whose receiver never acks ends with the
+// default timeout, also once the memory node is gone (Sends do not need
+// it, and neither does their timeout).
+func TestSendToStalledPeer(t *testing.T) {
+	ts := startServer(t, memnode.Config{Entries: 64})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	b := dialCfg(t, ts.addr, Config{Name: "b", Advertise: ln.Addr().String()})
+	a := dialCfg(t, ts.addr, Config{Name: "a", Timeout: 150 * time.Millisecond})
+	if _, err := a.Control().Peers(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(context.Background(), b.Node(), 1, rdma.Payload{}); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("send to a peer that never acks: %v", err)
+	}
+	ts.srv.Close()
+	if err := a.Send(context.Background(), b.Node(), 1, rdma.Payload{}); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("send to a stalled peer without a memory node: %v", err)
 	}
 }
