@@ -276,13 +276,14 @@ func (e *Endpoint) Post(ctx context.Context, b *rdma.Batch) error {
 	if len(b.Ops) > maxBatch {
 		return fmt.Errorf("%w: %d verbs in one batch (max %d)", rdma.ErrBadRequest, len(b.Ops), maxBatch)
 	}
-	reqSize, reserve := 0, 0
+	reqSize, reserve, wire := 0, 0, 0
 	for i := range b.Ops {
 		op := &b.Ops[i]
 		n := opReqSize(op)
 		if n < 0 {
-			return fmt.Errorf("%w: verb %d (%v) cannot be posted", rdma.ErrBadRequest, i, op.Verb)
+			continue // not a memory verb: it fails on its own, as in memfab
 		}
+		wire++
 		reqSize += n
 		reserve += opReplyReserve(op.Verb, op.Wide, len(op.Buf))
 	}
@@ -290,7 +291,7 @@ func (e *Endpoint) Post(ctx context.Context, b *rdma.Batch) error {
 		return fmt.Errorf("%w: batch needs %d/%d bytes, more than one frame carries", rdma.ErrBadRequest, reqSize, reserve)
 	}
 	c := getCall(tBatch)
-	c.batch = b
+	c.batch, c.wire = b, wire
 	if err := e.mn.do(ctx, c, e.timeout); err != nil {
 		putCall(c)
 		return err

@@ -27,6 +27,7 @@ type call struct {
 	// the caller's buffer, filled by whoever reads the reply.
 	op    rdma.Op
 	batch *rdma.Batch
+	wire  int    // the batch's verbs that go on the wire
 	req   []byte // pre-encoded control body
 	send  struct {
 		from, to rdma.NodeID
@@ -51,7 +52,7 @@ func getCall(typ uint8) *call {
 
 func putCall(c *call) {
 	c.op = rdma.Op{}
-	c.batch = nil
+	c.batch, c.wire = nil, 0
 	c.req = nil
 	c.body = c.body[:0]
 	c.delivered, c.sendErr, c.err = false, nil, nil
@@ -260,9 +261,11 @@ func appendRequest(b []byte, c *call) []byte {
 		b, at := beginFrame(b, tVerb, 1, c.id)
 		return endFrame(appendOp(b, &c.op), at)
 	case tBatch:
-		b, at := beginFrame(b, tBatch, uint16(len(c.batch.Ops)), c.id)
+		b, at := beginFrame(b, tBatch, uint16(c.wire), c.id)
 		for i := range c.batch.Ops {
-			b = appendOp(b, &c.batch.Ops[i])
+			if opReqSize(&c.batch.Ops[i]) >= 0 {
+				b = appendOp(b, &c.batch.Ops[i])
+			}
 		}
 		return endFrame(b, at)
 	case tSend:
@@ -317,11 +320,16 @@ func decodeReply(c *call, h header, body []byte) error {
 			return err
 		}
 	case tBatch:
-		if int(h.Count) != len(c.batch.Ops) {
-			return fmt.Errorf("%d results for %d verbs", h.Count, len(c.batch.Ops))
+		if int(h.Count) != c.wire {
+			return fmt.Errorf("%d results for %d verbs", h.Count, c.wire)
 		}
 		for i := range c.batch.Ops {
-			if err := decodeOpResult(&d, &c.batch.Ops[i]); err != nil {
+			op := &c.batch.Ops[i]
+			if opReqSize(op) < 0 {
+				op.Err = fmt.Errorf("%w: verb %v is not a memory verb", rdma.ErrBadRequest, op.Verb)
+				continue
+			}
+			if err := decodeOpResult(&d, op); err != nil {
 				return err
 			}
 		}

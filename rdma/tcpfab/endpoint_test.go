@@ -428,3 +428,27 @@ func TestServeContext(t *testing.T) {
 		t.Fatalf("verb after the server stopped: %v", err)
 	}
 }
+
+// TestBatchOddVerbs: a batch holding something that is not a memory verb
+// fails that verb alone, and a 16-byte flag on a read is ignored, as in
+// memfab.
+func TestBatchOddVerbs(t *testing.T) {
+	mh := memnode.New(memnode.Config{Entries: 64})
+	t.Cleanup(mh.Close)
+	me, _ := memfab.New(mh).Join("m")
+	ts := startServer(t, memnode.Config{Entries: 64})
+	te := dial(t, ts.addr, "t")
+	for _, ep := range []rdma.Endpoint{me, te} {
+		var b rdma.Batch
+		i1 := b.FAA(ep.Layout().EntryAddr(2), 5)
+		b.Ops = append(b.Ops, rdma.Op{Verb: rdma.VerbSend, Addr: ep.Layout().EntryAddr(2)})
+		rd := make([]byte, 8)
+		b.Ops = append(b.Ops, rdma.Op{Verb: rdma.VerbRead, Wide: true, Addr: ep.Layout().EntryAddr(2), Buf: rd})
+		if err := ep.Post(testCtx(t), &b); err != nil {
+			t.Fatalf("%T: %v", ep, err)
+		}
+		if b.Err(i1) != nil || !errors.Is(b.Err(1), rdma.ErrBadRequest) || b.Err(2) != nil || rd[0] != 5 {
+			t.Fatalf("%T: results %v %v %v read %x", ep, b.Err(i1), b.Err(1), b.Err(2), rd)
+		}
+	}
+}

@@ -44,11 +44,11 @@ func operandSize(v rdma.Verb, wide bool) int {
 	return -1
 }
 
-// opReqSize is the encoded size of op in a request, or -1 if op cannot be
-// encoded.
+// opReqSize is the encoded size of op in a request, or -1 if op is not a
+// memory verb and cannot be encoded.
 func opReqSize(op *rdma.Op) int {
 	n := operandSize(op.Verb, op.Wide)
-	if n < 0 || (op.Wide && !op.Verb.IsAtomic()) {
+	if n < 0 {
 		return -1
 	}
 	if op.Verb == rdma.VerbWrite {
@@ -77,7 +77,7 @@ func opReplyReserve(v rdma.Verb, wide bool, readLen int) int {
 
 func appendOp(b []byte, op *rdma.Op) []byte {
 	var flags uint8
-	if op.Wide {
+	if op.Wide && op.Verb.IsAtomic() { // Memory ignores it on reads and writes
 		flags = flagWide
 	}
 	b = append(b, uint8(op.Verb), flags)
