@@ -84,7 +84,7 @@ func (t *topology) link(name string, listen, upstream int) error {
 }
 
 func (t *topology) startMemnode() error {
-	args := []string{"-listen", addr(t.memPort), "-metrics", "", "-log-level", "warn",
+	args := []string{"-listen", addr(t.memPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
 		"-dead-after", t.cfg.DeadAfter.String(), "-heartbeat", t.cfg.Heartbeat.String(),
 		"-entries", "65536", "-state-dir", filepath.Join(t.cfg.WorkDir, "memnode")}
 	p, err := testproc.Launch("memnode", t.cfg.MemnodeBin, args, testproc.MemnodeReady, 30*time.Second)
@@ -98,7 +98,7 @@ func (t *topology) startMemnode() error {
 }
 
 func (t *topology) startProxy(pp *proxyProc) error {
-	args := []string{"-listen", addr(pp.respPort), "-metrics", "", "-log-level", "warn",
+	args := []string{"-listen", addr(pp.respPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
 		"-memnode", addr(pp.memTx), "-peer-listen", addr(pp.peerPort), "-advertise", addr(pp.peerTx),
 		"-acquire-wait", t.cfg.Wait.String(), "-name", fmt.Sprintf("proxy-%d", pp.i)}
 	// A restarted memnode refuses joins during its grace; the proxy retries
@@ -140,4 +140,12 @@ func (t *topology) stop() {
 	for _, l := range t.links {
 		l.Stop()
 	}
+}
+
+// logLevel of the processes: warnings, or everything with CHAOS_DEBUG set.
+func (c Config) logLevel() string {
+	if os.Getenv("CHAOS_DEBUG") != "" {
+		return "debug"
+	}
+	return "warn"
 }

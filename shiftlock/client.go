@@ -174,15 +174,30 @@ func (c *Client) checkEntry(i uint64) error {
 // send delivers a notification, in-process when both ends are on this node
 // (DESIGN §3: no network for a local handover). A notification is part of the
 // queue's structure, so the caller's deadline never cuts it short.
-func (c *Client) send(ctx context.Context, to Tail, m message) error {
+//
+// A remote send completes in the background: neither a waiter (which must go
+// on checking for failures) nor a releasing holder (whose client is waiting
+// for its release to be answered) may block on a peer that has stopped
+// acknowledging, as a paused process does. A failure is reported through
+// failed, and failure detection takes it from there.
+func (c *Client) send(ctx context.Context, to Tail, m message, failed func(error)) {
 	ctx = context.WithoutCancel(ctx)
 	p := m.encode()
 	if to.Node == c.ep.Node() {
 		c.stats.LocalSends.Add(1)
-		return c.inbox.Deliver(rdma.Message{From: to.Node, To: to.Target, Payload: p})
+		if err := c.inbox.Deliver(rdma.Message{From: to.Node, To: to.Target, Payload: p}); err != nil && failed != nil {
+			failed(err)
+		}
+		return
 	}
 	c.stats.RemoteSends.Add(1)
-	return c.ep.Send(ctx, to.Node, to.Target, p)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		if err := c.ep.Send(ctx, to.Node, to.Target, p); err != nil && failed != nil {
+			failed(err)
+		}
+	}()
 }
 
 // Stats count protocol events on one client.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,7 +23,7 @@ type waiter struct {
 	// blocker is the node whose death would strand us: the predecessor of a
 	// queued writer, or the tail a reader queued behind. Zero if unknown.
 	blocker     rdma.NodeID
-	blockerDown bool // a Send to the blocker failed
+	blockerDown atomic.Bool // a Send to the blocker failed
 
 	lastRel   uint64
 	lastMove  time.Time
@@ -171,7 +172,7 @@ func (w *waiter) check(ctx context.Context) error {
 	if err := w.observe(e); err != nil {
 		return err
 	}
-	dead := w.blockerDown || binary.LittleEndian.Uint64(status[:]) == rdma.SlotDead
+	dead := w.blockerDown.Load() || binary.LittleEndian.Uint64(status[:]) == rdma.SlotDead
 	if !dead && now.Sub(w.lastMove) < w.stale {
 		return nil
 	}

@@ -66,12 +66,11 @@ func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 	case !pred.IsZero():
 		c.holds.add(i, -1, 1)
 		w := c.newWaiter(i, e.RelCnt(), pred.Node)
-		if err := c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i}); err != nil {
+		c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i}, func(err error) {
 			// The predecessor is gone: only recovery can unblock us.
 			c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
-			w.blockerDown = true
-			w.nextCheck = time.Now()
-		}
+			w.blockerDown.Store(true)
+		})
 		if err := c.waitHandover(ctx, g, w); err != nil {
 			return nil, err
 		}
@@ -301,11 +300,12 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 }
 
 func (c *Client) handTo(ctx context.Context, g *Guard, m message) error {
-	if err := c.send(ctx, g.succ, m); err != nil {
+	succ, entry := g.succ, g.entry
+	c.send(ctx, succ, m, func(err error) {
 		// The successor died after enqueueing. The lock is now stuck behind
 		// a dead node; the writers behind it will have it recovered.
-		c.log.Warn("handover failed; successor presumed dead", zap.Uint64("entry", g.entry), zap.Stringer("succ", g.succ), zap.Error(err))
-	}
+		c.log.Warn("handover failed; successor presumed dead", zap.Uint64("entry", entry), zap.Stringer("succ", succ), zap.Error(err))
+	})
 	return nil
 }
 

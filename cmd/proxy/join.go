@@ -36,7 +36,13 @@ func (mb *member) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c := shiftlock.NewClient(ep, mb.cfg)
+	// Waiters check for failures as often as members heartbeat, and suspect
+	// a silent blocker they cannot name once dead_after has passed: the
+	// memory node's probes make an early request safe, only wasteful.
+	cfg := mb.cfg
+	l := ep.Layout()
+	cfg.CheckInterval, cfg.StaleAfter = l.HeartbeatInterval, l.DeadAfter
+	c := shiftlock.NewClient(ep, cfg)
 	lease := lockmap.NewLease(ep)
 	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease, Solo: mb.solo}
 	mb.close = func() {
@@ -70,7 +76,9 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 			continue
 		}
 		mb.log.Warn("membership lost; rejoining", zap.String("memnode", mb.name), zap.Error(why))
-		old := mb.close
+		// The old membership is void: close it first, which also frees its
+		// peer port for the new one.
+		mb.close()
 		backoff := 100 * time.Millisecond
 		for {
 			jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -98,7 +106,6 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 			mb.log.Warn("locks lost with the old membership", zap.String("memnode", mb.name), zap.Int("lost", lost))
 		}
 		rejoins()
-		go old()
 	}
 }
 

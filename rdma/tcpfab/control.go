@@ -67,6 +67,12 @@ func appendJoinReply(b []byte, r rdma.JoinReply) []byte {
 	b = binary.LittleEndian.AppendUint64(b, l.EraCount)
 	b = binary.LittleEndian.AppendUint64(b, uint64(l.HeartbeatInterval))
 	b = binary.LittleEndian.AppendUint64(b, uint64(l.DeadAfter))
+	b = binary.LittleEndian.AppendUint64(b, uint64(l.MaxLease))
+	persistent := uint8(0)
+	if l.Persistent {
+		persistent = 1
+	}
+	b = append(b, persistent)
 	return appendPeers(b, r.Peers)
 }
 
@@ -87,6 +93,8 @@ func decodeJoinReply(p []byte) (rdma.JoinReply, error) {
 	r.Layout.EraCount = d.u64()
 	r.Layout.HeartbeatInterval = time.Duration(d.u64())
 	r.Layout.DeadAfter = time.Duration(d.u64())
+	r.Layout.MaxLease = time.Duration(d.u64())
+	r.Layout.Persistent = d.u8() == 1
 	r.Peers = decodePeersFrom(&d)
 	if err := d.done(); err != nil {
 		return rdma.JoinReply{}, err
