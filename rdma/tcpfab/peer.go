@@ -61,17 +61,16 @@ func (ps *peerSide) learn(book []rdma.Peer) {
 	ps.mu.Unlock()
 }
 
-// forget drops what is known about n after it proved unreachable, so the
-// next Send to it asks the memory node again.
+// forget drops n's address after it proved unreachable, so the next Send to
+// it asks the memory node again, and breaks rc, the connection that reached
+// someone else, if any. The peer entry itself stays: goroutines may be
+// queued on its dial lock, and close must find every connection.
 func (ps *peerSide) forget(n rdma.NodeID, rc *rpcConn) {
 	ps.mu.Lock()
 	delete(ps.book, n)
-	if p := ps.out[n]; p != nil && (rc == nil || p.rc.Load() == rc) {
-		delete(ps.out, n)
-	}
 	ps.mu.Unlock()
 	if rc != nil {
-		rc.fail(fmt.Errorf("%w: node %d: forgotten", rdma.ErrUnreachable, n))
+		rc.fail(fmt.Errorf("%w: node %d: its address reached another node", rdma.ErrUnreachable, n))
 	}
 }
 

@@ -276,3 +276,25 @@ func TestPeerPortGarbage(t *testing.T) {
 	default:
 	}
 }
+
+// TestSendReachesWrongNode: a node whose advertised address leads to another
+// node (a reused port) is unreachable; the other node never gets the message.
+func TestSendReachesWrongNode(t *testing.T) {
+	ts := startServer(t, memnode.Config{Entries: 64})
+	c := dial(t, ts.addr, "c")
+	got := make(chan rdma.Message, 4)
+	c.Bind(func(m rdma.Message) error { got <- m; return nil })
+	b := dialCfg(t, ts.addr, Config{Name: "b", Advertise: c.PeerAddr()})
+	a := dial(t, ts.addr, "a")
+	for i := 0; i < 2; i++ {
+		if err := a.Send(testCtx(t), b.Node(), 1, rdma.Payload{}); !errors.Is(err, rdma.ErrUnreachable) {
+			t.Fatalf("send %d to a node behind someone else's address: %v", i, err)
+		}
+	}
+	if err := a.Send(testCtx(t), c.Node(), 1, rdma.Payload{7}); err != nil {
+		t.Fatalf("send to the node that owns the address: %v", err)
+	}
+	if m := <-got; m.Payload[0] != 7 || len(got) != 0 {
+		t.Fatalf("c received %+v (and %d more)", m, len(got))
+	}
+}
