@@ -94,7 +94,16 @@ func decodeJoinReply(p []byte) (rdma.JoinReply, error) {
 	r.Layout.HeartbeatInterval = time.Duration(d.u64())
 	r.Layout.DeadAfter = time.Duration(d.u64())
 	r.Layout.MaxLease = time.Duration(d.u64())
-	r.Layout.Persistent = d.u8() == 1
+	switch d.u8() {
+	case 0:
+	case 1:
+		r.Layout.Persistent = true
+	default:
+		// Only 0 and 1 are encodings; anything else is a corrupt reply.
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: persistent flag out of range", rdma.ErrBadRequest)
+		}
+	}
 	r.Peers = decodePeersFrom(&d)
 	if err := d.done(); err != nil {
 		return rdma.JoinReply{}, err

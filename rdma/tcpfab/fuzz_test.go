@@ -191,6 +191,8 @@ func sampleJoinReply() rdma.JoinReply {
 			EraCount:          64,
 			HeartbeatInterval: 100 * time.Millisecond,
 			DeadAfter:         time.Second,
+			MaxLease:          30 * time.Second,
+			Persistent:        true,
 		},
 		Peers: []rdma.Peer{{Node: 1, Addr: "10.0.0.1:7400"}, {Node: 3, Addr: "10.0.0.3:7400"}},
 	}
