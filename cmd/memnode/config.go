@@ -28,10 +28,9 @@ type config struct {
 	// sections only (lockbench -fail-rate). Never for the proxy.
 	PaperRecovery bool `yaml:"paper_recovery"`
 
-	// StateDir and RestartGrace belong to the restart logic (generation
-	// persistence and the post-restart grace period, DESIGN.md §4). They
-	// are parsed and validated here so configs can carry them; this binary
-	// does not act on them yet (see the RESTART LOGIC marker in main.go).
+	// StateDir and RestartGrace drive the restart logic (memnode.Open:
+	// generations, the fencing high-water mark and the post-restart grace
+	// period, DESIGN.md §4); see main.go.
 	StateDir     string        `yaml:"state_dir"`
 	RestartGrace time.Duration `yaml:"restart_grace"`
 	// MaxLease caps the TTLs proxies may grant (and so the restart grace).
