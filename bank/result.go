@@ -1,0 +1,127 @@
+package bank
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Latencies are recorded in microseconds, from 1 µs to 10 minutes, to 2
+// significant digits (1%): enough for a CDF, small enough to keep per run.
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 2) }
+
+// Stats summarise one transaction type (or all of them) over the measured
+// window. Latency runs from a transaction's first attempt to its commit, so
+// aborted attempts that were retried count in it.
+type Stats struct {
+	Committed int64 `json:"committed"`
+	// Declined transactions are among the committed: their own rule said no.
+	Declined int64 `json:"declined"`
+	// Aborts are attempts that could not get their locks; Errors, attempts
+	// that failed otherwise.
+	Aborts int64 `json:"aborts"`
+	Errors int64 `json:"errors"`
+	// Latency percentiles in microseconds.
+	P50  int64 `json:"p50_us"`
+	P99  int64 `json:"p99_us"`
+	P999 int64 `json:"p999_us"`
+	Max  int64 `json:"max_us"`
+	// Hist is the whole latency distribution (kept for all types only).
+	Hist *hdrhistogram.Snapshot `json:"hist,omitempty"`
+}
+
+func (s *Stats) fill(h *hdrhistogram.Histogram) {
+	v := h.ValueAtPercentiles([]float64{50, 99, 99.9})
+	s.P50, s.P99, s.P999, s.Max = v[50], v[99], v[99.9], h.Max()
+}
+
+// Result is one run.
+type Result struct {
+	Label   string    `json:"label,omitempty"`
+	Run     int       `json:"run"`
+	Started time.Time `json:"started"`
+	Locker  string    `json:"locker"`
+	Servers int       `json:"servers"` // lock servers (redis-servers, proxies, memory nodes)
+	// Name, if set, names the series instead of the locker (e.g. the same
+	// proxy locker against a differently deployed proxy).
+	Name     string        `json:"name,omitempty"`
+	Mix      string        `json:"mix"`
+	Skew     string        `json:"skew"` // as given: uniform, zipf:0.99, hotspot:0.01:90
+	SkewDesc string        `json:"skew_desc"`
+	Accounts uint64        `json:"accounts"`
+	Clients  int           `json:"clients"`
+	Writes   string        `json:"writes"`
+	Warmup   time.Duration `json:"warmup_ns"`
+	Duration time.Duration `json:"duration_ns"`
+
+	// Goodput is committed transactions per second of the measured window.
+	Goodput float64 `json:"goodput"`
+	// Dropped transactions gave up after their last attempt.
+	Dropped int64              `json:"dropped"`
+	All     Stats              `json:"all"`
+	Types   map[string]*Stats  `json:"types"`
+	Audit   Audit              `json:"audit"`
+	Errors  []string           `json:"errors,omitempty"` // the first few distinct ones
+	Extra   map[string]float64 `json:"extra,omitempty"`
+}
+
+// Series is the locker with its number of lock servers where that varies
+// ("redlock-3").
+func (r *Result) Series() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	if r.Locker == "redlock" || (r.Locker == "proxy" && r.Servers > 1) {
+		return r.Locker + "-" + strconv.Itoa(r.Servers)
+	}
+	return r.Locker
+}
+
+// Save writes r as JSON.
+func (r *Result) Save(path string) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// LoadResult reads a result written by Save.
+func LoadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Hist returns the latency distribution of all types.
+func (r *Result) Hist() *hdrhistogram.Histogram {
+	if r.All.Hist == nil {
+		return newHist()
+	}
+	return hdrhistogram.Import(r.All.Hist)
+}
+
+// CSVHeader and CSVRow give one line per run.
+var CSVHeader = []string{"started", "label", "run", "series", "locker", "servers", "mix", "skew", "accounts", "clients", "writes",
+	"duration_s", "goodput", "committed", "declined", "aborts", "errors", "dropped", "p50_us", "p99_us", "p999_us",
+	"audit_ok", "mismatch_cents", "negative_savings"}
+
+func (r *Result) CSVRow() []string {
+	i := func(x int64) string { return strconv.FormatInt(x, 10) }
+	return []string{r.Started.UTC().Format(time.RFC3339), r.Label, strconv.Itoa(r.Run), r.Series(), r.Locker, strconv.Itoa(r.Servers),
+		r.Mix, r.Skew, strconv.FormatUint(r.Accounts, 10), strconv.Itoa(r.Clients), r.Writes,
+		strconv.FormatFloat(r.Duration.Seconds(), 'f', -1, 64), strconv.FormatFloat(r.Goodput, 'f', 1, 64),
+		i(r.All.Committed), i(r.All.Declined), i(r.All.Aborts), i(r.All.Errors), i(r.Dropped),
+		i(r.All.P50), i(r.All.P99), i(r.All.P999),
+		strconv.FormatBool(r.Audit.OK), i(r.Audit.Mismatch), strconv.Itoa(r.Audit.After.NegativeSavings)}
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/shiftlock/shiftlock-proxy/bank"
+)
+
+// seriesOrder is the order series appear in, left to right; others follow
+// alphabetically.
+var seriesOrder = []string{"redlock-1", "redlock-3", "redlock-5", "proxy", "proxy-3", "proxy-embedded", "native", "none"}
+
+// group is every run of one mix and skew.
+type group struct {
+	mix, skew, desc string
+	series          []string // in seriesOrder
+	runs            map[string][]*bank.Result
+}
+
+// readResults loads every *.json result under dir.
+func readResults(dir string) ([]*bank.Result, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no results (*.json) in %s", dir)
+	}
+	sort.Strings(files)
+	var rs []*bank.Result
+	for _, f := range files {
+		r, err := bank.LoadResult(f)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+func seriesRank(s string) int {
+	if i := slices.Index(seriesOrder, s); i >= 0 {
+		return i
+	}
+	return len(seriesOrder)
+}
+
+func compareSeries(a, b string) int {
+	return cmp.Or(cmp.Compare(seriesRank(a), seriesRank(b)), cmp.Compare(a, b))
+}
+
+// skewRank orders skews from least to most contended as the grid runs them.
+func skewRank(s string) int {
+	switch {
+	case s == "uniform":
+		return 0
+	case len(s) >= 4 && s[:4] == "zipf":
+		return 1
+	}
+	return 2
+}
+
+// groupResults groups results by mix and skew, in a stable order: the
+// classic mix first, skews from least contended, series in seriesOrder.
+func groupResults(rs []*bank.Result) []*group {
+	byKey := map[[2]string]*group{}
+	var gs []*group
+	for _, r := range rs {
+		k := [2]string{r.Mix, r.Skew}
+		g := byKey[k]
+		if g == nil {
+			g = &group{mix: r.Mix, skew: r.Skew, desc: r.SkewDesc, runs: map[string][]*bank.Result{}}
+			byKey[k] = g
+			gs = append(gs, g)
+		}
+		s := r.Series()
+		if g.runs[s] == nil {
+			g.series = append(g.series, s)
+		}
+		g.runs[s] = append(g.runs[s], r)
+	}
+	for _, g := range gs {
+		slices.SortFunc(g.series, compareSeries)
+		for _, rs := range g.runs {
+			slices.SortFunc(rs, func(a, b *bank.Result) int { return cmp.Compare(a.Run, b.Run) })
+		}
+	}
+	slices.SortFunc(gs, func(a, b *group) int {
+		return cmp.Or(cmp.Compare(mixRank(a.mix), mixRank(b.mix)), cmp.Compare(skewRank(a.skew), skewRank(b.skew)), cmp.Compare(a.skew, b.skew))
+	})
+	return gs
+}
+
+func mixRank(m string) int {
+	if m == "smallbank" {
+		return 0
+	}
+	return 1
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// med is the median over g's runs of series s of f.
+func (g *group) med(s string, f func(*bank.Result) float64) float64 {
+	var xs []float64
+	for _, r := range g.runs[s] {
+		xs = append(xs, f(r))
+	}
+	return median(xs)
+}
+
+// ratios are f(a)/f(b) for every run number both series have: measured in
+// the same round of the grid, so under the same machine state.
+func (g *group) ratios(a, b string, f func(*bank.Result) float64) []float64 {
+	var out []float64
+	for _, ra := range g.runs[a] {
+		for _, rb := range g.runs[b] {
+			if ra.Run == rb.Run && f(rb) != 0 {
+				out = append(out, f(ra)/f(rb))
+			}
+		}
+	}
+	return out
+}
+
+// hist merges the latency distributions of every run of series s.
+func (g *group) hist(s string) *hdrhistogram.Histogram {
+	var h *hdrhistogram.Histogram
+	for _, r := range g.runs[s] {
+		if h == nil {
+			h = r.Hist()
+		} else {
+			h.Merge(r.Hist())
+		}
+	}
+	return h
+}
+
+func goodput(r *bank.Result) float64 { return r.Goodput }
+func p50(r *bank.Result) float64     { return float64(r.All.P50) }
+func p99(r *bank.Result) float64     { return float64(r.All.P99) }
+func p999(r *bank.Result) float64    { return float64(r.All.P999) }
+
+func mustMkdir(dir string) error { return os.MkdirAll(dir, 0o755) }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// One color per series, the same in every figure.
+var seriesColors = map[string]color.Color{
+	"redlock-1":      color.RGBA{0x1f, 0x77, 0xb4, 0xff},
+	"redlock-3":      color.RGBA{0x9e, 0xc5, 0xe8, 0xff},
+	"redlock-5":      color.RGBA{0x17, 0xbe, 0xcf, 0xff},
+	"proxy":          color.RGBA{0xd6, 0x27, 0x28, 0xff},
+	"proxy-3":        color.RGBA{0xff, 0x7f, 0x0e, 0xff},
+	"proxy-embedded": color.RGBA{0xff, 0x98, 0x96, 0xff},
+	"native":         color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	"none":           color.RGBA{0x7f, 0x7f, 0x7f, 0xff},
+}
+
+func seriesColor(s string) color.Color {
+	if c, ok := seriesColors[s]; ok {
+		return c
+	}
+	return color.Black
+}
+
+// slug makes a skew spec a file-name part: zipf:0.99 -> zipf-0.99.
+func slug(s string) string {
+	return strings.NewReplacer(":", "-", "%", "pct", "/", "-", " ", "-").Replace(s)
+}
+
+// figureName is the PNG of group g.
+func figureName(prefix string, g *group) string {
+	name := prefix + slug(g.skew)
+	if g.mix != "smallbank" {
+		name = prefix + g.mix + "-" + slug(g.skew)
+	}
+	return name + ".png"
+}
+
+// drawGroup draws g as the paper's Fig. 11 does: the latency CDF of every
+// series on the left, goodput bars on the right.
+func drawGroup(g *group, path string) error {
+	cdf, err := cdfPlot(g)
+	if err != nil {
+		return err
+	}
+	bars, err := goodputPlot(g)
+	if err != nil {
+		return err
+	}
+	const w, h = 11 * vg.Inch, 4 * vg.Inch
+	img := vgimg.New(w, h)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	cs := plot.Align([][]*plot.Plot{{cdf, bars}}, tiles, dc)
+	cdf.Draw(cs[0][0])
+	bars.Draw(cs[0][1])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func cdfPlot(g *group) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Transaction latency CDF, %s, %s", g.mix, g.desc)
+	p.X.Label.Text = "latency (ms, log scale)"
+	p.Y.Label.Text = "fraction of committed transactions"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top = false
+	p.Legend.Left = false
+	lo, hi := math.Inf(1), 0.0
+	for _, s := range g.series {
+		h := g.hist(s)
+		if h == nil || h.TotalCount() == 0 {
+			continue
+		}
+		var pts plotter.XYs
+		total := float64(h.TotalCount())
+		var cum int64
+		for _, b := range h.Distribution() {
+			if b.Count == 0 {
+				continue
+			}
+			cum += b.Count
+			x := float64(b.To) / 1000
+			pts = append(pts, plotter.XY{X: max(x, 0.01), Y: float64(cum) / total})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		lo, hi = min(lo, pts[0].X), max(hi, pts[len(pts)-1].X)
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = seriesColor(s)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s, l)
+	}
+	if hi > 0 {
+		p.X.Min, p.X.Max = lo/1.2, hi*1.2
+	}
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+func goodputPlot(g *group) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Goodput (median of runs)"
+	p.Y.Label.Text = "committed transactions/s"
+	p.Y.Min = 0
+	w := vg.Points(28)
+	for i, s := range g.series {
+		b, err := plotter.NewBarChart(plotter.Values{g.med(s, goodput)}, w)
+		if err != nil {
+			return nil, err
+		}
+		b.XMin = float64(i)
+		b.Color = seriesColor(s)
+		b.LineStyle.Width = 0
+		p.Add(b)
+		if n := len(g.runs[s]); n > 1 {
+			// Whiskers: the lowest and highest run.
+			var lo, hi float64 = math.Inf(1), 0
+			for _, r := range g.runs[s] {
+				lo, hi = min(lo, r.Goodput), max(hi, r.Goodput)
+			}
+			e, err := plotter.NewYErrorBars(errPoint{x: float64(i), y: g.med(s, goodput), lo: g.med(s, goodput) - lo, hi: hi - g.med(s, goodput)})
+			if err != nil {
+				return nil, err
+			}
+			p.Add(e)
+		}
+	}
+	p.NominalX(g.series...)
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+// errPoint is one bar's whisker.
+type errPoint struct{ x, y, lo, hi float64 }
+
+func (e errPoint) Len() int                      { return 1 }
+func (e errPoint) XY(int) (float64, float64)     { return e.x, e.y }
+func (e errPoint) YError(int) (float64, float64) { return e.lo, e.hi }
+func figurePath(dir, prefix string, g *group) string {
+	return filepath.Join(dir, figureName(prefix, g))
+}
