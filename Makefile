@@ -75,6 +75,18 @@ lockbench:
 bench-micro: lockbench memnode
 	./scripts/bench-micro.sh
 
+# SmallBank on Redis: RedLock (redsync over redis-server) against the same
+# redsync code pointed at the proxy, at high contention, about 2 minutes.
+.PHONY: demo bench-bank
+demo: deps
+	./scripts/demo.sh
+
+# The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
+# hotspot; 3 rounds), about 21 min. Results go to docs/benchmarks.md
+# ("## SmallBank") and docs/img/bank-*.png.
+bench-bank: deps
+	./scripts/bench-bank.sh
+
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(PKGS)

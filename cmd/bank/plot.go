@@ -129,6 +129,7 @@ func goodputPlot(g *group) (*plot.Plot, error) {
 	p.Title.Text = "Goodput (median of runs)"
 	p.Y.Label.Text = "committed transactions/s"
 	p.Y.Min = 0
+	p.Y.Tick.Marker = intTicks{}
 	w := vg.Points(28)
 	for i, s := range g.series {
 		b, err := plotter.NewBarChart(plotter.Values{g.med(s, goodput)}, w)
@@ -153,6 +154,9 @@ func goodputPlot(g *group) (*plot.Plot, error) {
 		}
 	}
 	p.NominalX(g.series...)
+	p.X.Tick.Label.Rotation = math.Pi / 6
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.X.Tick.Label.YAlign = draw.YCenter
 	p.Add(plotter.NewGrid())
 	return p, nil
 }
@@ -165,4 +169,17 @@ func (e errPoint) XY(int) (float64, float64)     { return e.x, e.y }
 func (e errPoint) YError(int) (float64, float64) { return e.lo, e.hi }
 func figurePath(dir, prefix string, g *group) string {
 	return filepath.Join(dir, figureName(prefix, g))
+}
+
+// intTicks are gonum's default ticks labelled as whole numbers.
+type intTicks struct{}
+
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = fmt.Sprintf("%.0f", ts[i].Value)
+		}
+	}
+	return ts
 }

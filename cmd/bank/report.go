@@ -180,6 +180,11 @@ func comparisons(g *group) [][2]string {
 	if has("proxy") && has("none") {
 		out = append(out, [2]string{"proxy", "none"})
 	}
+	// No locker can beat the bank without locks: this bounds every ratio
+	// above.
+	if has("none") && has("redlock-1") {
+		out = append(out, [2]string{"none", "redlock-1"})
+	}
 	return out
 }
 
@@ -262,14 +267,27 @@ func judge(gs []*group) string {
 			m := median(xs)
 			w("| %s | %s | %.3g%s | %s |\n", g.desc, target, m, unit, verdict(ok(m)))
 		}
-		if g.skew == "uniform" {
-			row("proxy goodput >= 1.0x redlock-1", g.ratios("proxy", "redlock-1", goodput), func(x float64) bool { return x >= 1 }, "x")
-			row("proxy goodput >= 2x redlock-3", g.ratios("proxy", "redlock-3", goodput), func(x float64) bool { return x >= 2 }, "x")
-			row("native goodput >= 60% of none", g.ratios("native", "none", goodput), func(x float64) bool { return x >= 0.6 }, "x")
-			continue
+		for _, s := range []string{"proxy", "proxy-embedded"} {
+			if s != "proxy" && len(g.runs[s]) == 0 {
+				continue
+			}
+			ref := ""
+			if s != "proxy" {
+				ref = " (for reference)"
+			}
+			if g.skew == "uniform" {
+				row(s+" goodput >= 1.0x redlock-1"+ref, g.ratios(s, "redlock-1", goodput), func(x float64) bool { return x >= 1 }, "x")
+				row(s+" goodput >= 2x redlock-3"+ref, g.ratios(s, "redlock-3", goodput), func(x float64) bool { return x >= 2 }, "x")
+				continue
+			}
+			row(s+" goodput >= 10x redlock-1"+ref, g.ratios(s, "redlock-1", goodput), func(x float64) bool { return x >= 10 }, "x")
+			row(s+" p99 <= 5% of redlock-1's"+ref, g.ratios(s, "redlock-1", p99), func(x float64) bool { return x <= 0.05 }, "x")
 		}
-		row("proxy goodput >= 10x redlock-1", g.ratios("proxy", "redlock-1", goodput), func(x float64) bool { return x >= 10 }, "x")
-		row("proxy p99 <= 5% of redlock-1's", g.ratios("proxy", "redlock-1", p99), func(x float64) bool { return x <= 0.05 }, "x")
+		if g.skew == "uniform" {
+			row("native goodput >= 60% of none", g.ratios("native", "none", goodput), func(x float64) bool { return x >= 0.6 }, "x")
+		} else if len(g.runs["none"]) > 0 {
+			w("| %s | bound: none / redlock-1 (no locker can do better) | %.3gx | - |\n", g.desc, median(g.ratios("none", "redlock-1", goodput)))
+		}
 	}
 	w("\n")
 	return b.String()
