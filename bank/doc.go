@@ -17,6 +17,17 @@
 // locker: ascending lock-table entry, the order of the resources actually
 // locked), all before the first read and released after the last write.
 //
+// Aborts. A transaction whose locks cannot be had within the locker's own
+// bounds (redsync's 32 tries; the native locker's wait deadline) releases
+// what it holds, counts an abort and is tried again with the same accounts
+// and amount, up to RunConfig.Attempts times, then dropped. Its latency runs
+// from the first attempt, so retries are not hidden from the CDF.
+//
+// Skew. Account numbers are drawn from internal/keydist and scrambled (a
+// fixed bijection), so that the hottest accounts are spread over the
+// account range instead of being 0, 1, 2...: with ascending lock order the
+// latter would always take a transaction's hot lock first.
+//
 // Writes. By default a transaction reads its balances (MGET), computes the
 // new ones, and writes them back absolutely in one MSET, as a 2PL
 // application does when the locks make read-compute-write atomic. Without

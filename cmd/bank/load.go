@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -35,13 +36,12 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	start := time.Now()
 	bar := &progressBar{w: stderr, label: "loading"}
 	lc := bank.LoadConfig{Accounts: cfg.Accounts, Seed: cfg.Seed, Batch: *batch, Pipelines: *pipes}
-	if !*quiet {
+	// A bar redrawn with carriage returns is noise in a log file.
+	if !*quiet && isTerminal(stderr) {
 		lc.Progress = bar.update
 	}
 	total, err := bank.Load(ctx, rdb, lc)
-	if !*quiet {
-		bar.finish()
-	}
+	bar.finish()
 	if err != nil {
 		return err
 	}
@@ -74,4 +74,13 @@ func (p *progressBar) finish() {
 	if p.drawn {
 		fmt.Fprintln(p.w)
 	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
