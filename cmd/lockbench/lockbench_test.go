@@ -1,0 +1,119 @@
+package main
+
+import (
+	"io"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUncontendedCycle: with one client on spread-out keys nothing ever
+// waits, so every lock spends exactly one atomic to acquire and one to
+// release, and nothing else; the run's counters must say so.
+func TestUncontendedCycle(t *testing.T) {
+	for _, kind := range lockKinds {
+		t.Run(kind, func(t *testing.T) {
+			o, err := parseRun([]string{"-lock", kind, "-clients", "1", "-nodes", "1", "-entries", "4096",
+				"-keys", "uniform", "-duration", "200ms", "-warmup", "50ms", "-progress=false", "-rtt-probes", "10"}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := runBench(o, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Cycles < 100 {
+				t.Fatalf("only %d cycles", r.Cycles)
+			}
+			// The cycle in flight at either edge of the window has its
+			// verbs counted on one side and itself on the other: at most
+			// two verbs off at each edge.
+			n := float64(r.Cycles)
+			if d := math.Abs(r.Atomics*n - 2*n); d > 4.5 {
+				t.Errorf("%.4f atomics per cycle over %d cycles, want 2", r.Atomics, r.Cycles)
+			}
+			if r.Reads != 0 || r.Writes != 0 || r.Sends != 0 {
+				t.Errorf("reads %.3f writes %.3f sends %.3f per cycle, want none", r.Reads, r.Writes, r.Sends)
+			}
+			if r.WP50 <= 0 || r.Goodput <= 0 {
+				t.Errorf("no latency or goodput recorded: %+v", r)
+			}
+		})
+	}
+}
+
+func TestCSVRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.csv")
+	a := result{Time: "t", Label: "x", Run: 2, Lock: "dslr", Fabric: "tcpfab", Clients: 240, Entries: 10, Keys: "zipf:0.99",
+		Workload: "WI", Readers: 0.5, Goodput: 1234.5, RP99: -1, WP99: 17.25, Reads: 7.92, Recovery: 1, Stats: "a=1 b=2", Params: "p, q"}
+	b := a
+	b.Run, b.Goodput = 3, 99
+	for _, r := range []result{a, b} {
+		if err := appendCSV(path, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := readCSV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []result{a, b}) {
+		t.Fatalf("read back\n%+v\nwant\n%+v", got, []result{a, b})
+	}
+}
+
+// TestTargets checks the verdicts on made-up rounds: ShiftLock at 1.5x the
+// best baseline's goodput in every round meets the first target, a writer
+// p99 above a baseline's misses the second.
+func TestTargets(t *testing.T) {
+	var rs []result
+	for round := 1; round <= 3; round++ {
+		add := func(lock, wl, keys string, goodput, wp99 float64) {
+			rs = append(rs, result{Run: round, Lock: lock, Fabric: "tcpfab", IOPSCap: 1000, Workload: wl, Keys: keys, Goodput: goodput, WP99: wp99})
+		}
+		add("shiftlock", "WI", "zipf:0.99", 30*float64(round), 10)
+		add("mcs", "WI", "zipf:0.99", 20*float64(round), 5)
+		add("dslr", "WI", "zipf:0.99", 10, 50)
+		add("shiftlock", "RI", "zipf:0.99", 30, 10)
+		add("dslr", "RI", "zipf:0.99", 10, 20)
+		add("shiftlock", "WI", "uniform", 95, 1)
+		add("cas-b", "WI", "uniform", 100, 1)
+	}
+	var b strings.Builder
+	renderTargets(&b, rs, aggregate(rs), "tcpfab-cap1k")
+	out := b.String()
+	for _, want := range []string{
+		"| goodput ≥ 1.5x best baseline, Zipf WI | shiftlock | 1.50 | 1.50, 1.50, 1.50 | mcs x3 | met |",
+		"| writer p99 below every baseline, Zipf WI (ratio to the lowest) | shiftlock | 2.00 | 2.00, 2.00, 2.00 | mcs x3 | **missed** |",
+		"| writer p99 below every baseline, Zipf RI (ratio to the lowest) | shiftlock | 0.50 | 0.50, 0.50, 0.50 | dslr x3 | met |",
+		"| goodput within 10% of best baseline, uniform WI | shiftlock | 0.95 | 0.95, 0.95, 0.95 | cas-b x3 | met |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+// TestLimiterBudget: the burst is spent at once, and past it a verb waits
+// for budget that (at one verb an hour) does not come.
+func TestLimiterBudget(t *testing.T) {
+	l := newLimiter(1.0/3600, 3*time.Hour) // a bucket of 3 verbs
+	defer l.stop()
+	l.take(3)
+	done := make(chan struct{})
+	go func() { l.take(1); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("a verb went past an empty budget")
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.mu.Lock()
+	queued := len(l.queue) - l.head
+	l.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("%d verbs queued, want 1", queued)
+	}
+}

@@ -1,0 +1,63 @@
+// Command lockbench runs the microbenchmarks of ShiftLock §4.2 (Fig. 4-6)
+// and §4.8 (Fig. 13): clients repeatedly acquire a lock and release it, on
+// ShiftLock or one of its baselines (shiftlock/baseline), over memfab or a
+// real memnode process.
+//
+//	lockbench -lock shiftlock -fabric tcp -workload WI -keys zipf:0.99 -csv out/micro.csv
+//	lockbench plot -csv out/micro.csv -out docs/img
+//	lockbench summary -csv out/micro.csv -doc docs/benchmarks.md -img docs/img
+//
+// A run reports goodput (acquire-release cycles per second), acquire latency
+// percentiles for readers and writers, and the verbs per cycle read from the
+// client endpoints' counters. scripts/bench-micro.sh runs the whole grid.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() { os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func mainArgs(args []string, stdout, stderr io.Writer) int {
+	var err error
+	switch {
+	case len(args) > 0 && args[0] == "plot":
+		err = plotCmd(args[1:], stderr)
+	case len(args) > 0 && args[0] == "rtt":
+		err = rttCmd(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "summary":
+		err = summaryCmd(args[1:], stderr)
+	default:
+		err = runCmd(args, stdout, stderr)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "lockbench:", err)
+		return 1
+	}
+	return 0
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, stderr)
+	if err != nil {
+		return err
+	}
+	r, err := runBench(o, stderr)
+	if r != nil {
+		printTable(stdout, []result{*r})
+		fmt.Fprintf(stdout, "cycles=%d abandoned=%d errors=%d rtt=%.1fµs %s\n", r.Cycles, r.Abandoned, r.Errors, r.RTTus, r.Stats)
+		if o.csv != "" {
+			if werr := appendCSV(o.csv, r); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
+	return err
+}

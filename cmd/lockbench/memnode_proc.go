@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// proc is a memnode process started for one run.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// memnodeBinary finds cmd/memnode's binary: -memnode, else bin/memnode, else
+// next to this executable.
+func memnodeBinary(o options) (string, error) {
+	if o.memnodeBin != "" {
+		return o.memnodeBin, nil
+	}
+	cands := []string{filepath.Join("bin", "memnode")}
+	if self, err := os.Executable(); err == nil {
+		cands = append(cands, filepath.Join(filepath.Dir(self), "memnode"))
+	}
+	for _, c := range cands {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("no memnode binary (tried %s); build it (make build) or pass -memnode", strings.Join(cands, ", "))
+}
+
+// paperRecoveryFlag is the memnode flag that would select
+// memnode.Config.PaperRecovery. cmd/memnode does not offer it yet; lockbench
+// looks for it in the binary's usage so that it works once it does.
+const paperRecoveryFlag = "paper-recovery"
+
+func supportsFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	return bytes.Contains(out, []byte("-"+name+" ")) || bytes.Contains(out, []byte("-"+name+"\n"))
+}
+
+// startMemnode starts a memnode on a loopback port, pinned and sized as the
+// options say, with heartbeats slow enough not to count in the verbs.
+func startMemnode(o options, recovery bool) (*proc, error) {
+	bin, err := memnodeBinary(o)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn",
+		"-entries", strconv.FormatUint(o.entries, 10), "-heartbeat", "1s", "-dead-after", "30s"}
+	if recovery {
+		if !supportsFlag(bin, paperRecoveryFlag) {
+			return nil, fmt.Errorf("%s has no -%s flag: ShiftLock cannot recover from -fail-rate on it (memnode.Config.PaperRecovery is only reachable in-process; use -fabric memfab)", bin, paperRecoveryFlag)
+		}
+		args = append(args, "-"+paperRecoveryFlag)
+	}
+	args = append(args, strings.Fields(o.memnodeFlags)...)
+	name := bin
+	if o.memnodeCPUs != "" {
+		args = append([]string{"-c", o.memnodeCPUs, bin}, args...)
+		name = "taskset"
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = os.Environ()
+	if o.memnodeProcs > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", o.memnodeProcs))
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "memnode listening on "); ok {
+				found <- strings.TrimSpace(a)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	p := &proc{cmd: cmd}
+	select {
+	case p.addr = <-found:
+		return p, nil
+	case <-time.After(30 * time.Second):
+		p.stop()
+		return nil, fmt.Errorf("%s did not report its address", bin)
+	}
+}
+
+// stop asks the memnode to exit and kills it if it does not.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpuTime is the CPU time the process has used so far, from /proc.
+func (p *proc) cpuTime() (time.Duration, error) {
+	return procCPU(p.cmd.Process.Pid)
+}
+
+// procCPU reads utime+stime of pid from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after it are
+	// counted from its closing parenthesis.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clkTck, nil
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
+)
+
+// Lock kinds lockbench can run.
+// shiftlock-nobump is ShiftLock without Algorithm 3's RelCnt bump on each
+// handover, as the authors' artifact (which produced the paper's numbers)
+// runs it; see shiftlock.Config.NoHandoverBump.
+var lockKinds = []string{"shiftlock", "shiftlock-nobump", "cas-nb", "cas-b", "dslr", "mcs"}
+
+// Named workloads of ShiftLock §4.2: the fraction of shared acquisitions.
+var workloads = map[string]float64{"WI": 0.5, "RI": 0.95, "RO": 1.0}
+
+// paperRTT is the RDMA round trip the published parameters were chosen for:
+// ShiftLock Table 3 measures one uncontended atomic at 2.05 µs (5 clients).
+const paperRTT = 2 * time.Microsecond
+
+// options are one run's settings.
+type options struct {
+	lock      string
+	fabric    string // "memfab", "tcp" (start a memnode process) or "tcp://host:port"
+	clients   int
+	nodes     int
+	entries   uint64
+	keys      string
+	workload  string  // WI, RI, RO, or "" when readers is given
+	readers   float64 // fraction of shared acquisitions
+	duration  time.Duration
+	warmup    time.Duration
+	hold      time.Duration
+	failRate  float64
+	recovery  bool // the paper's lease timings and recovery policy, even at failRate 0
+	lease     time.Duration
+	runIndex  int
+	label     string
+	csv       string
+	seed      uint64
+	progress  bool
+	timeline  string
+	iopsCap   float64
+	capBurst  time.Duration
+	rttProbes int
+
+	// Baseline parameters; zero means "scaled from the paper's values by
+	// this fabric's round trip" (see resolveParams).
+	casBackoff time.Duration
+	dslrOmega  time.Duration
+	dslrBase   time.Duration
+
+	// The memnode process for -fabric tcp.
+	memnodeBin   string
+	memnodeCPUs  string
+	memnodeProcs int
+	memnodeFlags string
+}
+
+func parseRun(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: lockbench [flags]          run one measurement\n"+
+			"       lockbench plot -csv FILE -out DIR [-prefix micro-]\n"+
+			"       lockbench summary -csv FILE -doc FILE [-img DIR] [-title ...]\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.lock, "lock", "shiftlock", "lock kind: "+strings.Join(lockKinds, ", "))
+	fs.StringVar(&o.fabric, "fabric", "memfab", `memfab, tcp (start a memnode process on loopback), or tcp://host:port of a running memnode`)
+	fs.IntVar(&o.clients, "clients", 240, "client goroutines, each doing one acquire-release cycle at a time")
+	fs.IntVar(&o.nodes, "nodes", 5, "client nodes (endpoints) the clients are spread over")
+	fs.Uint64Var(&o.entries, "entries", 10_000_000, "lock-table entries (the paper uses 10 million)")
+	fs.StringVar(&o.keys, "keys", "zipf:0.99", "key distribution: uniform, zipf:θ or hotspot:keys%:ops%")
+	fs.StringVar(&o.workload, "workload", "WI", "named workload: WI (50% readers), RI (95%), RO (100%); ignored when -readers is set")
+	readers := fs.String("readers", "", "fraction of shared acquisitions (overrides -workload)")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "time run before measuring")
+	fs.DurationVar(&o.hold, "hold", 0, "time spent inside each critical section")
+	fs.Float64Var(&o.failRate, "fail-rate", 0, "probability that a client does not release (a crashed client; ShiftLock §4.8)")
+	fs.BoolVar(&o.recovery, "recovery", false, "run with the failure settings of -fail-rate (lease timings, the memnode's paper recovery policy) even without failures: the p = 0 point of Fig. 13")
+	fs.DurationVar(&o.lease, "lease", 10*time.Millisecond, "T_lease for -fail-rate: ShiftLock checks every T/2 and recovers after 3T; DSLR resets after 2T")
+	fs.IntVar(&o.runIndex, "run", 0, "run number, recorded in the CSV")
+	fs.StringVar(&o.label, "label", "", "free-form label recorded in the CSV")
+	fs.StringVar(&o.csv, "csv", "", "append the result to this CSV file")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
+	fs.BoolVar(&o.progress, "progress", true, "print progress to stderr every second")
+	fs.StringVar(&o.timeline, "timeline", "", "write goodput per 100ms to this CSV file")
+	fs.Float64Var(&o.iopsCap, "iops-cap", 0, "cap on verbs per second reaching the memory node, all clients together (0: none)")
+	fs.DurationVar(&o.capBurst, "cap-burst", time.Millisecond, "how much unused -iops-cap budget may be spent at once")
+	fs.IntVar(&o.rttProbes, "rtt-probes", 500, "uncontended READs timed to measure the fabric round trip")
+	fs.DurationVar(&o.casBackoff, "cas-backoff", 0, "CAS-B initial backoff (default: 1862ns scaled by RTT/2µs)")
+	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs)")
+	fs.DurationVar(&o.dslrBase, "dslr-backoff", 0, "DSLR random backoff base R (default: 10µs scaled by RTT/2µs)")
+	fs.StringVar(&o.memnodeBin, "memnode", "", "memnode binary for -fabric tcp (default: bin/memnode, or next to lockbench)")
+	fs.StringVar(&o.memnodeCPUs, "memnode-cpus", "", "pin the memnode process to these CPUs (taskset -c list)")
+	fs.IntVar(&o.memnodeProcs, "memnode-procs", 0, "GOMAXPROCS of the memnode process (0: Go's default)")
+	fs.StringVar(&o.memnodeFlags, "memnode-flags", "", "extra flags for the memnode process, space separated")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *readers != "" {
+		v, err := strconv.ParseFloat(*readers, 64)
+		if err != nil || v < 0 || v > 1 {
+			return o, fmt.Errorf("-readers %q: want a fraction in [0, 1]", *readers)
+		}
+		o.readers, o.workload = v, ""
+		for name, r := range workloads {
+			if r == v {
+				o.workload = name
+			}
+		}
+	} else {
+		r, ok := workloads[strings.ToUpper(o.workload)]
+		if !ok {
+			return o, fmt.Errorf("-workload %q: want WI, RI or RO", o.workload)
+		}
+		o.workload, o.readers = strings.ToUpper(o.workload), r
+	}
+	o.recovery = o.recovery || o.failRate > 0
+	return o, o.validate()
+}
+
+func (o options) validate() error {
+	known := false
+	for _, k := range lockKinds {
+		known = known || k == o.lock
+	}
+	switch {
+	case !known:
+		return fmt.Errorf("-lock %q: want one of %s", o.lock, strings.Join(lockKinds, ", "))
+	case o.fabric != "memfab" && o.fabric != "tcp" && !strings.HasPrefix(o.fabric, "tcp://"):
+		return fmt.Errorf("-fabric %q: want memfab, tcp or tcp://host:port", o.fabric)
+	case o.clients < 1 || o.nodes < 1 || o.nodes > o.clients:
+		return errors.New("need 1 <= -nodes <= -clients")
+	case o.entries == 0:
+		return errors.New("-entries must be positive")
+	case o.duration <= 0 || o.warmup < 0 || o.hold < 0:
+		return errors.New("-duration must be positive, -warmup and -hold not negative")
+	case o.failRate < 0 || o.failRate >= 1:
+		return errors.New("-fail-rate must be in [0, 1)")
+	case o.recovery && !strings.HasPrefix(o.lock, "shiftlock") && o.lock != "dslr":
+		return fmt.Errorf("-fail-rate/-recovery: %s is not fault tolerant (ShiftLock Table 1); only shiftlock and dslr recover", o.lock)
+	case o.iopsCap < 0:
+		return errors.New("-iops-cap must not be negative")
+	}
+	if _, err := keydist.Parse(o.keys, o.entries); err != nil {
+		return err
+	}
+	return nil
+}
+
+// workloadName is the workload as reported: WI/RI/RO or the reader share.
+func (o options) workloadName() string {
+	if o.workload != "" {
+		return o.workload
+	}
+	return fmt.Sprintf("R%g%%", 100*o.readers)
+}
+
+// fabricKind is the fabric as reported: memfab or tcpfab.
+func (o options) fabricKind() string {
+	if o.fabric == "memfab" {
+		return "memfab"
+	}
+	return "tcpfab"
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// Phases of a run, in order.
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// timelineStep is the resolution of -timeline.
+const timelineStep = 100 * time.Millisecond
+
+// worker is one client: a goroutine doing one acquire-release cycle at a
+// time, with its own latency histograms so that recording never contends.
+type worker struct {
+	id           int
+	l            shiftlock.Locker
+	rnd          *rand.Rand
+	read, write  *hdrhistogram.Histogram
+	cycles       atomic.Uint64 // measured cycles
+	all          atomic.Uint64 // every cycle, for progress
+	abandoned    atomic.Uint64
+	errs         atomic.Uint64
+	firstErr     error
+	blockedSince atomic.Int64
+}
+
+// Latencies are recorded in ns with two significant digits (1% error),
+// from 100 ns to 100 s: 240 clients x 2 histograms stay small.
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(100, 100_000_000_000, 2) }
+
+// bench is a run in progress.
+type bench struct {
+	o        options
+	dist     keydist.Dist
+	phase    atomic.Int32
+	start    time.Time
+	timeline []atomic.Uint64
+}
+
+func (b *bench) loop(w *worker) {
+	ctx := context.Background()
+	for {
+		ph := b.phase.Load()
+		if ph == phaseStop {
+			return
+		}
+		entry := b.dist.Next(w.rnd)
+		mode := shiftlock.Exclusive
+		if w.rnd.Float64() < b.o.readers {
+			mode = shiftlock.Shared
+		}
+		t0 := time.Now()
+		w.blockedSince.Store(t0.UnixNano())
+		g, err := w.l.Acquire(ctx, entry, mode)
+		lat := time.Since(t0)
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		measuring := b.phase.Load() == phaseMeasure
+		if measuring {
+			h := w.write
+			if mode == shiftlock.Shared {
+				h = w.read
+			}
+			_ = h.RecordValue(max(lat.Nanoseconds(), 100))
+		}
+		if b.o.hold > 0 {
+			spin(b.o.hold)
+		}
+		if b.o.failRate > 0 && w.rnd.Float64() < b.o.failRate {
+			// A crashed client: the lock is never released.
+			w.abandoned.Add(1)
+		} else if err := g.Release(ctx); err != nil {
+			w.fail(err)
+			continue
+		}
+		w.blockedSince.Store(0)
+		w.all.Add(1)
+		if measuring && b.phase.Load() == phaseMeasure {
+			w.cycles.Add(1)
+		}
+		if b.timeline != nil {
+			if i := int(time.Since(b.start) / timelineStep); i < len(b.timeline) {
+				b.timeline[i].Add(1)
+			}
+		}
+	}
+}
+
+// fail counts an error; the first one is kept for the report. A release
+// can fail after a recovery took the lock away (ShiftLock's ErrLost), which
+// the failure runs expect; an acquire failure ends the client.
+func (w *worker) fail(err error) {
+	if w.errs.Add(1) == 1 {
+		w.firstErr = err
+	}
+}
+
+// spin holds the critical section as shiftlock/locktest does: yielding for
+// short holds, sleeping for long ones.
+func spin(d time.Duration) {
+	if d >= 200*time.Microsecond {
+		time.Sleep(d)
+		return
+	}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		runtime.Gosched()
+	}
+}
+
+func snapshot(eps []rdma.Endpoint) rdma.Snapshot {
+	var s rdma.Snapshot
+	for _, ep := range eps {
+		s = s.Add(ep.Counters().Snapshot())
+	}
+	return s
+}
+
+// runBench performs one run.
+func runBench(o options, stderr io.Writer) (*result, error) {
+	dist, err := keydist.Parse(o.keys, o.entries)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := setupFabric(o)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.close()
+	rtt, err := measureRTT(cl.eps[0], o.rttProbes)
+	if err != nil {
+		return nil, fmt.Errorf("measuring the round trip: %w", err)
+	}
+	p := resolveParams(o, rtt)
+	eps := cl.eps
+	if o.iopsCap > 0 {
+		lim := newLimiter(o.iopsCap, o.capBurst)
+		defer lim.stop()
+		eps = make([]rdma.Endpoint, len(cl.eps))
+		for i, ep := range cl.eps {
+			eps[i] = &cappedEndpoint{Endpoint: ep, lim: lim}
+		}
+	}
+	lockers := makeLockers(o.lock, eps, p)
+	b := &bench{o: o, dist: dist}
+	total := o.warmup + o.duration
+	if o.timeline != "" {
+		b.timeline = make([]atomic.Uint64, int(total/timelineStep)+1)
+	}
+	ws := make([]*worker, o.clients)
+	for i := range ws {
+		ws[i] = &worker{id: i, l: lockers[i%len(lockers)], rnd: rand.New(rand.NewPCG(o.seed, uint64(i))),
+			read: newHist(), write: newHist()}
+	}
+	fmt.Fprintf(stderr, "lockbench: %s on %s, %d clients on %d nodes, %d entries, %s keys, %s, %v+%v; %v\n",
+		o.lock, o.fabric, o.clients, o.nodes, o.entries, o.keys, o.workloadName(), o.warmup, o.duration, p)
+
+	var wg sync.WaitGroup
+	b.start = time.Now()
+	for _, w := range ws {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.loop(w) }()
+	}
+	stopProgress := startProgress(o, b, ws, cl, stderr)
+
+	time.Sleep(o.warmup)
+	// The counters are read right next to the phase changes: a cycle is
+	// measured if it completes inside the window, so only the cycles in
+	// flight at either edge (at most one per client) blur verbs per cycle.
+	cpu0, mcpu0, busy0 := selfCPU(), memnodeCPU(cl), machineBusy()
+	before := snapshot(cl.eps)
+	b.phase.Store(phaseMeasure)
+	t0 := time.Now()
+	time.Sleep(o.duration)
+	b.phase.Store(phaseStop)
+	after := snapshot(cl.eps)
+	elapsed := time.Since(t0)
+	cpu1, mcpu1, busy1 := selfCPU(), memnodeCPU(cl), machineBusy()
+	stopProgress()
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	stuck := 0
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		for _, w := range ws {
+			if w.blockedSince.Load() != 0 {
+				stuck++
+			}
+		}
+		fmt.Fprintf(stderr, "lockbench: %d clients still blocked 30s after the run; reporting without them\n", stuck)
+	}
+
+	r := &result{
+		Time: nowStamp(), Label: o.label, Run: o.runIndex, Lock: o.lock, Fabric: o.fabricKind(),
+		Nodes: o.nodes, Clients: o.clients, Entries: o.entries, Keys: o.keys, Workload: o.workloadName(),
+		Readers: o.readers, HoldUS: float64(o.hold) / 1e3, FailRate: o.failRate, Recovery: b2i(o.recovery), DurationS: elapsed.Seconds(),
+		RTTus: float64(rtt) / 1e3, IOPSCap: o.iopsCap, MemnodeCPU: -1,
+		Params: p.String(), Stats: lockStats(lockers),
+	}
+	rh, wh := newHist(), newHist()
+	var firstErr error
+	for _, w := range ws {
+		r.Cycles += w.cycles.Load()
+		r.Abandoned += w.abandoned.Load()
+		r.Errors += w.errs.Load()
+		if firstErr == nil && w.firstErr != nil && stuck == 0 {
+			firstErr = w.firstErr
+		}
+		rh.Merge(w.read)
+		wh.Merge(w.write)
+	}
+	r.Goodput = float64(r.Cycles) / elapsed.Seconds()
+	r.RP50, r.RP99, r.RP999 = percentiles(rh)
+	r.WP50, r.WP99, r.WP999 = percentiles(wh)
+	d := after.Sub(before)
+	if r.Cycles > 0 {
+		n := float64(r.Cycles)
+		r.Atomics = float64(d.OutAtomics()) / n
+		r.Reads = float64(d.Out[rdma.VerbRead]) / n
+		r.Writes = float64(d.Out[rdma.VerbWrite]) / n
+		r.Sends = float64(d.Out[rdma.VerbSend]) / n
+		r.RoundTrips = float64(d.Out[rdma.VerbBatch]) / n
+	}
+	r.MemnodeIOPS = float64(d.OutAtomics()+d.Out[rdma.VerbRead]+d.Out[rdma.VerbWrite]) / elapsed.Seconds()
+	r.ClientCPU = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
+	if mcpu0 >= 0 && mcpu1 >= 0 {
+		r.MemnodeCPU = (mcpu1 - mcpu0).Seconds() / elapsed.Seconds()
+	}
+	if busy0 >= 0 && busy1 >= 0 {
+		r.OtherCPU = max(0, (busy1-busy0).Seconds()/elapsed.Seconds()-r.ClientCPU-max(r.MemnodeCPU, 0))
+	}
+	if o.timeline != "" {
+		if err := writeTimeline(o.timeline, r, b.timeline); err != nil {
+			return r, err
+		}
+	}
+	if r.Cycles == 0 {
+		if firstErr != nil {
+			return r, fmt.Errorf("no cycles completed: %w", firstErr)
+		}
+		return r, errors.New("no cycles completed")
+	}
+	if firstErr != nil {
+		fmt.Fprintf(stderr, "lockbench: %d errors, first: %v\n", r.Errors, firstErr)
+	}
+	return r, nil
+}
+
+// memnodeCPU is the memnode process's CPU time so far, or -1.
+func memnodeCPU(cl *cluster) time.Duration {
+	if cl.memnode == nil {
+		return -1
+	}
+	d, err := cl.memnode.cpuTime()
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// percentiles are p50, p99 and p99.9 in µs, or -1 without samples.
+func percentiles(h *hdrhistogram.Histogram) (p50, p99, p999 float64) {
+	if h.TotalCount() == 0 {
+		return -1, -1, -1
+	}
+	us := func(q float64) float64 { return float64(h.ValueAtQuantile(q)) / 1e3 }
+	return us(50), us(99), us(99.9)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

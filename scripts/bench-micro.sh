@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The microbenchmark grid of ShiftLock §4.2 (Fig. 4-6) and §4.8 (Fig. 13),
+# scaled to this machine: every lock (ShiftLock, ShiftLock without the
+# handover bump, CAS-NB, CAS-B, DSLR, MCS) on workloads WI, RI and RO with
+# uniform and Zipf-0.99 keys, 240 clients on 5 client nodes, 10M locks;
+# on memfab, and on a real memnode process (tcpfab) pinned to its own core
+# with its verb rate capped (docs/benchmarks.md says why), plus the capless
+# tcpfab run of the skewed WI/RI workloads, and the failure series on memfab.
+# Rounds are interleaved (every configuration once per round) so that load
+# from other users of the machine spreads over all locks; the summary takes
+# medians over the rounds.
+#
+# Writes out/bench-micro/micro.csv (appended), docs/img/micro-*.png and the
+# "micro" section of docs/benchmarks.md. Knobs: RUNS, DURATION, WARMUP, CAP.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-3s}
+WARMUP=${WARMUP:-1s}
+CAP=${CAP:-100000}
+OUT=${OUT:-out/bench-micro}
+CSV=$OUT/micro.csv
+LB=bin/lockbench
+LABEL=micro-$(date -u +%Y%m%dT%H%M%SZ)
+LOCKS=(shiftlock cas-nb cas-b dslr mcs)
+FAIL_RATES=(0 0.00001 0.0001 0.001 0.01)
+
+mkdir -p "$OUT" docs/img
+for b in lockbench memnode; do
+	[ -x bin/$b ] || { echo "bin/$b missing: run make bench-micro" >&2; exit 1; }
+done
+
+# The memnode gets CPU 0 and one P; lockbench the other CPU, so the two
+# never compete for a core (on a 1-CPU machine both share it).
+if [ "$(nproc)" -ge 2 ]; then
+	CLIENT=(taskset -c 1)
+	PIN=(-memnode-cpus 0 -memnode-procs 1)
+else
+	CLIENT=()
+	PIN=(-memnode-procs 1)
+fi
+
+start=$(date +%s)
+echo "bench-micro: label $LABEL, $RUNS rounds, $WARMUP + $DURATION per run, memnode cap $CAP verbs/s"
+
+# One calibration per fabric: the baselines' published waits are scaled by
+# the fabric's round trip (lockbench rtt), the same for every run.
+MEMFAB_P=$($LB rtt -fabric memfab -entries 1000)
+TCP_P=$("${CLIENT[@]}" $LB rtt -fabric tcp -entries 1000 "${PIN[@]}")
+echo "bench-micro: memfab $MEMFAB_P; tcpfab $TCP_P"
+
+n=0
+failed=0
+run() { # setup name, then the lockbench command
+	local name=$1 out row
+	shift
+	n=$((n + 1))
+	out=$("$@" -label "$LABEL" -csv "$CSV" -duration "$DURATION" -warmup "$WARMUP" -progress=false 2>"$OUT/last.err")
+	row=$(sed -n 2p <<<"$out")
+	if [ -n "$row" ]; then
+		printf '[%3d %5ss] %-11s %s\n' "$n" "$(($(date +%s) - start))" "$name" "$(awk '{printf "%s %s %s %s/s", $1, $3, $4, $5}' <<<"$row")"
+	else
+		failed=$((failed + 1))
+		echo "   run $n ($name $*) failed: $(tail -1 "$OUT/last.err")" >&2
+	fi
+}
+
+for r in $(seq 1 "$RUNS"); do
+	for keys in uniform zipf:0.99; do
+		for wl in WI RI RO; do
+			locks=("${LOCKS[@]}")
+			[ "$keys" = uniform ] || locks=(shiftlock shiftlock-nobump cas-nb cas-b dslr mcs)
+			for l in "${locks[@]}"; do
+				run memfab $LB -run "$r" -lock "$l" -keys "$keys" -workload "$wl" -fabric memfab $MEMFAB_P
+				run tcpfab-cap "${CLIENT[@]}" $LB -run "$r" -lock "$l" -keys "$keys" -workload "$wl" -fabric tcp "${PIN[@]}" -iops-cap "$CAP" $TCP_P
+				if [ "$keys" != uniform ] && [ "$wl" != RO ]; then
+					run tcpfab "${CLIENT[@]}" $LB -run "$r" -lock "$l" -keys "$keys" -workload "$wl" -fabric tcp "${PIN[@]}" $TCP_P
+				fi
+			done
+		done
+	done
+	# Fig. 13: ShiftLock needs the memnode's paper recovery policy, which
+	# only the in-process memnode offers (cmd/memnode has no flag for it).
+	for l in shiftlock dslr; do
+		for p in "${FAIL_RATES[@]}"; do
+			run memfab-fail $LB -run "$r" -lock "$l" -keys zipf:0.99 -workload WI -fabric memfab -recovery -fail-rate "$p" $MEMFAB_P
+		done
+	done
+done
+
+elapsed=$(($(date +%s) - start))
+echo "bench-micro: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
+$LB plot -csv "$CSV" -label "$LABEL" -out docs/img -prefix micro-
+machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (shared with other users; see the 'other processes' CPU per setup)"
+$LB summary -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -img img \
+	-machine "$machine" -date "$(date -u +%Y-%m-%d)" -elapsed "$((elapsed / 60))m$((elapsed % 60))s" -command "make bench-micro"
+echo "bench-micro: wrote docs/benchmarks.md (section micro) and docs/img/micro-*.png"
