@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -128,7 +129,7 @@ func ms(us int64) string { return fmt.Sprintf("%.2f", float64(us)/1000) }
 
 func printResult(w io.Writer, r *bank.Result) {
 	fmt.Fprintf(w, "\n%s  %s  %s  %d clients  %v\n", r.Series(), r.Mix, r.SkewDesc, r.Clients, r.Duration)
-	fmt.Fprintf(w, "goodput %.0f txn/s  (%d committed, %d declined by their own rules, %d lock aborts, %d dropped, %d errors)\n",
+	fmt.Fprintf(w, "goodput %.0f txn/s  (%d committed, %d declined by their own rules, %d lock aborts or timeouts, %d dropped, %d errors)\n",
 		r.Goodput, r.All.Committed, r.All.Declined, r.All.Aborts, r.Dropped, r.All.Errors)
 	fmt.Fprintf(w, "%-16s %10s %10s %10s %10s %8s\n", "latency (ms)", "committed", "p50", "p99", "p999", "aborts")
 	for t := range bank.NumTxnTypes {
@@ -156,4 +157,9 @@ func printResult(w io.Writer, r *bank.Result) {
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "error: %s\n", e)
 	}
+	var row strings.Builder
+	cw := csv.NewWriter(&row)
+	_ = cw.Write(r.CSVRow())
+	cw.Flush()
+	fmt.Fprintf(w, "csv: %s", row.String())
 }
