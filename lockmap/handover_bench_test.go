@@ -18,7 +18,7 @@ func BenchmarkHandover(b *testing.B) {
 	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
 	defer host.Close()
 	ep, _ := memfab.New(host).Join("bench")
-	m := lockmap.New([]*lockmap.Domain{{Name: "e", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Solo: true}}, lockmap.Config{})
+	m := lockmap.New([]*lockmap.Domain{{Name: "e", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
 	defer m.Close()
 	ctx := context.Background()
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: 8 * time.Second, Wait: time.Second}

@@ -27,10 +27,6 @@ type Domain struct {
 	Name   string
 	Client *shiftlock.Client
 	Lease  *Lease // nil: no liveness checks (tests)
-	// Solo: no other proxy can join this memory node (it is embedded in
-	// this process), so owner tags, which only other proxies read, are
-	// neither written nor read.
-	Solo bool
 }
 
 // Config configures a Map.
@@ -92,12 +88,12 @@ func (h *hold) shadow() bool { return h.g == nil }
 // grant is one ShiftLock grant. Keys of one multi-key acquire that land on
 // the same entry share it; it is released when the last of them is.
 type grant struct {
-	dom    *Domain
-	entry  uint64
-	mode   shiftlock.Mode
-	g      shiftlock.Grant
-	tagged bool // this grant wrote the entry's owner tag
-	refs   int  // guarded by grantMu
+	dom       *Domain
+	entry     uint64
+	mode      shiftlock.Mode
+	g         shiftlock.Grant
+	refs      int           // guarded by grantMu
+	confirmed chan struct{} // closed when the owner tag confirmation is done (nil: none)
 }
 
 var grantMu sync.Mutex
@@ -290,7 +286,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	}
 	// Owner tags identify a single key's exclusive holder across proxies.
 	var tag uint64
-	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive && !fresh[0].dom.Solo {
+	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive && fresh[0].dom.Client.OwnerTags() {
 		tag = ownerTag(keys[0], token)
 		if m.heldAsShadow(keys[0]) {
 			// Another token holds it through another proxy and through us,
@@ -339,13 +335,6 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			continue
 		}
 		gr := &grant{dom: w.dom, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
-		if tag != 0 {
-			if err := m.writeTag(ctx, gr, tag); err != nil {
-				m.log.Warn("owner tag not written; other proxies will not recognise this holder", zap.Error(err))
-			} else {
-				gr.tagged = true
-			}
-		}
 		m.countExcl(gr, 1)
 		got = append(got, gr)
 		byEntry[k] = gr
@@ -389,6 +378,11 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	}
 	// Each grant was created with one reference (dropped by undo on failure);
 	// from here on, every key holding it owns one.
+	if tag != 0 {
+		for _, gr := range got {
+			m.confirm(gr, tag)
+		}
+	}
 	grantMu.Lock()
 	for _, w := range fresh {
 		if gr := byEntry[[2]uint64{uint64(w.di), w.entry}]; gr != nil {
@@ -446,18 +440,20 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	if mode == shiftlock.Shared {
 		g, ok, err = c.TryShared(ctx, entry)
 	} else {
-		g, ok, err = c.TryExclusive(ctx, entry)
+		var owner uint64
+		var e shiftlock.Entry
+		g, ok, owner, e, err = c.TryExclusiveTagged(ctx, entry)
+		if err == nil && !ok && tag != 0 && owner == confirmed(tag) {
+			// The same key and token hold it through another proxy: the
+			// holder's token is the entry's RelCnt, read by the same CAS.
+			return nil, e.RelCnt() + 1, false, nil
+		}
 	}
 	if err != nil {
 		return nil, 0, false, err
 	}
 	if ok {
 		return g, 0, false, nil
-	}
-	if tag != 0 {
-		if fence, ok, err := m.matchTag(ctx, d, entry, tag); err != nil || ok {
-			return nil, fence, false, err
-		}
 	}
 	if deadline.IsZero() {
 		return nil, 0, false, nil
@@ -478,7 +474,7 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	if mode == shiftlock.Shared {
 		g, err = c.AcquireShared(wctx, entry)
 	} else {
-		g, err = c.AcquireExclusive(wctx, entry)
+		g, err = c.AcquireExclusiveTagged(wctx, entry, tag)
 	}
 	if err == nil {
 		return g, 0, true, nil
@@ -494,14 +490,21 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	return nil, 0, true, err
 }
 
-// ownerTag identifies a key and token; it is never 0, which means "none".
+// ownerTag identifies a key and token. ShiftLock carries it along the queue
+// and installs it as the lock reaches a waiter, which does not mean the
+// waiter's client was told (its wait may have been abandoned). The proxy
+// sets the low bit once it has granted (confirmed), and only a confirmed tag
+// makes another proxy answer as if it held the key too. Bit 1 keeps both
+// forms non-zero, since 0 means "no owner".
 func ownerTag(key, token string) uint64 {
 	h := xxhash.New()
 	_, _ = h.WriteString(key)
 	_, _ = h.Write([]byte{0})
 	_, _ = h.WriteString(token)
-	return h.Sum64() | 1
+	return h.Sum64()&^1 | 2
 }
+
+func confirmed(tag uint64) uint64 { return tag | 1 }
 
 // matchTag reads entry's owner tag and the entry in one round trip. On a
 // match, the fence is the holder's: an exclusive holder's RelCnt is its token.
@@ -518,15 +521,32 @@ func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint6
 	if err := b.FirstErr(); err != nil {
 		return 0, false, err
 	}
-	if binary.LittleEndian.Uint64(tb[:]) != tag {
+	if binary.LittleEndian.Uint64(tb[:]) != confirmed(tag) {
 		return 0, false, nil
 	}
 	e := shiftlock.Entry(rdma.U128From(eb[:]))
 	return e.RelCnt() + 1, true, nil
 }
 
+// confirm marks g's owner tag as granted, off the client's reply path: a
+// RedLock client asking other proxies at the same moment finds the tag a
+// round trip later through watchTag.
+func (m *Map) confirm(g *grant, tag uint64) {
+	guard, ok := g.g.(*shiftlock.Guard)
+	if !ok {
+		return
+	}
+	g.confirmed = make(chan struct{})
+	go func() {
+		defer close(g.confirmed)
+		if err := guard.SetOwner(context.Background(), confirmed(tag)); err != nil {
+			m.log.Warn("owner tag not confirmed; other proxies will not recognise this holder", zap.Error(err))
+		}
+	}()
+}
+
 func (m *Map) watchTag(ctx context.Context, stop context.CancelFunc, d *Domain, entry, tag uint64, shadow chan<- uint64) {
-	iv := time.Millisecond
+	iv := 2 * time.Millisecond
 	t := time.NewTimer(iv)
 	defer t.Stop()
 	for {
@@ -545,13 +565,6 @@ func (m *Map) watchTag(ctx context.Context, stop context.CancelFunc, d *Domain, 
 		}
 		t.Reset(iv)
 	}
-}
-
-func (m *Map) writeTag(ctx context.Context, g *grant, tag uint64) error {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], tag)
-	ep := g.dom.Client.Endpoint()
-	return ep.Write(context.WithoutCancel(ctx), ep.Layout().OwnerAddr(g.entry), b[:])
 }
 
 // heldAsShadow reports whether key has a shadow hold here.
@@ -625,12 +638,10 @@ func (m *Map) releaseGrant(g *grant) {
 		return
 	}
 	m.countExcl(g, -1)
-	if g.tagged {
-		// Clear the tag while still holding, so that no proxy can match it
-		// once the lock has moved on.
-		if err := m.writeTag(context.Background(), g, 0); err != nil {
-			m.log.Warn("owner tag not cleared", zap.Uint64("entry", g.entry), zap.Error(err))
-		}
+	if g.confirmed != nil {
+		// The release clears the owner word; the confirmation must have
+		// landed first, or it could land after and name a released holder.
+		<-g.confirmed
 	}
 	if err := g.g.Release(context.Background()); err != nil {
 		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))

@@ -25,7 +25,7 @@ func twoProxies(t *testing.T, entries uint64) (*lockmap.Map, *lockmap.Map) {
 		}
 		lease := lockmap.NewLease(ep)
 		t.Cleanup(lease.Stop)
-		m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, lockmap.Config{})
+		m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true}), Lease: lease}}, lockmap.Config{})
 		t.Cleanup(m.Close)
 		return m
 	}

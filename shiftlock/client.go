@@ -54,6 +54,15 @@ type Config struct {
 	// handovers and hides progress from failure detection. For measurements
 	// only; see docs/shiftlock.md.
 	NoHandoverBump bool
+	// OwnerTags keeps each entry's owner word (rdma.RegionOwners) in step
+	// with its exclusive holder: the tag a writer acquires with is in the
+	// owner word exactly while it holds. The proxy uses it to recognise a
+	// RedLock client asking through several proxies. The tag rides along
+	// with the protocol's own verbs: a releasing holder installs its
+	// successor's tag in the same batch as the handover, so a handover still
+	// costs one round trip. Off, no owner word is ever touched (G1: one
+	// atomic per acquire and per release, nothing else).
+	OwnerTags bool
 
 	Logger *zap.Logger
 
@@ -131,6 +140,9 @@ func (c *Client) Endpoint() rdma.Endpoint { return c.ep }
 
 // Node is the client's NodeID.
 func (c *Client) Node() rdma.NodeID { return c.ep.Node() }
+
+// OwnerTags reports whether the client keeps owner words (Config.OwnerTags).
+func (c *Client) OwnerTags() bool { return c.cfg.OwnerTags }
 
 // Entries is the number of lock entries on the client's memory node.
 func (c *Client) Entries() uint64 { return c.layout.LockEntries }

@@ -37,7 +37,10 @@ type Guard struct {
 	consWrt uint32 // writer grants in a row before this one
 	epoch   uint64 // the entry's epoch while this writer holds it
 	succ    Tail   // stashed Successor, if it arrived early
+	succTag uint64 // the owner tag the successor acquires with
 	hasSucc bool
+	tag     uint64 // this writer's owner tag (Config.OwnerTags)
+	granted uint8  // how the grant came: msgHandover, msgModeChanged, or 0
 	done    bool
 }
 
@@ -62,6 +65,7 @@ func (g *Guard) accept(rm rdma.Message) (message, bool) {
 	}
 	if m.Kind == msgSuccessor {
 		g.succ = Tail{Node: rm.From, Target: rdma.Target(m.U32)}
+		g.succTag = m.Value
 		g.hasSucc = true
 	}
 	return m, true

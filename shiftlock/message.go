@@ -27,7 +27,7 @@ type message struct {
 	Flags uint8
 	U32   uint32 // successor: its Target; handover: consecutive writers
 	Entry uint64
-	Value uint64 // handover: RelCnt at grant; mode change: expected RelCnt
+	Value uint64 // handover: RelCnt at grant; mode change: expected RelCnt; successor: its owner tag
 }
 
 // flagNoReaders on a mode change says no reader was waiting when the epoch

@@ -2,6 +2,7 @@ package shiftlock
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -20,11 +21,24 @@ import (
 // breaking it: the acquisition completes in the background and is released at
 // once, and the caller gets ctx's error.
 func (c *Client) AcquireExclusive(ctx context.Context, i uint64) (*Guard, error) {
+	return c.AcquireExclusiveTagged(ctx, i, 0)
+}
+
+// AcquireExclusiveTagged is AcquireExclusive with an owner tag
+// (Config.OwnerTags). The tag travels in the Successor notification, and the
+// predecessor installs it in the owner word with its handover, at no extra
+// round trip. A writer granted any other way (an empty queue, after
+// readers) finds the word 0. Either way the tag in the owner word only says
+// that the lock has reached this waiter, not that the caller has been told:
+// a waiter abandoned by its caller still receives the lock, and releases it
+// at once. Callers that need "granted to my client" confirm it themselves
+// with Guard.SetOwner.
+func (c *Client) AcquireExclusiveTagged(ctx context.Context, i, tag uint64) (*Guard, error) {
 	if err := c.checkEntry(i); err != nil {
 		return nil, err
 	}
 	for {
-		g, err := c.acquireExclusive(ctx, i)
+		g, err := c.acquireExclusive(ctx, i, tag)
 		if errors.Is(err, errReset) {
 			c.stats.Resets.Add(1)
 			continue
@@ -43,11 +57,12 @@ func (c *Client) openSlot(i uint64) (*Guard, error) {
 
 func (c *Client) closeSlot(g *Guard) { c.inbox.Close(g.self.Target) }
 
-func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error) {
+func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, error) {
 	g, err := c.openSlot(i)
 	if err != nil {
 		return nil, err
 	}
+	g.tag = tag
 	addr := c.layout.EntryAddr(i)
 	c.holds.add(i, 1, 0) // may hold as soon as the CAS lands
 	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
@@ -66,7 +81,9 @@ func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 	case !pred.IsZero():
 		c.holds.add(i, -1, 1)
 		w := c.newWaiter(i, e.RelCnt(), pred.Node)
-		c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i}, func(err error) {
+		// The Successor notification carries our owner tag: the predecessor
+		// installs it with its handover, in the same round trip.
+		c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i, Value: tag}, func(err error) {
 			// The predecessor is gone: only recovery can unblock us.
 			c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
 			w.blockerDown.Store(true)
@@ -75,6 +92,9 @@ func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 			return nil, err
 		}
 		c.holds.add(i, 1, -1)
+		if g.granted == msgModeChanged {
+			g.tag = 0 // after readers, nobody installed our tag
+		}
 	case e.Readers() != 0:
 		// Readers before us: we own the lock once each has released, i.e.
 		// once RelCnt has advanced by their number.
@@ -103,8 +123,10 @@ func (c *Client) acquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 			return nil, c.abandonExclusive(ctx, g, w, err, finish)
 		}
 		c.holds.add(i, 1, -1)
+		g.tag = 0 // no predecessor installed our tag
 	default:
 		c.stats.Immediate.Add(1)
+		g.tag = 0
 	}
 	g.token = g.curRel
 	c.stats.ExclusiveGrants.Add(1)
@@ -144,8 +166,10 @@ func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m messag
 		// A grant by message comes from a live holder, which a recovery
 		// probe would have found, so no freeze applies here.
 		g.curRel, g.consWrt, g.epoch = m.Value, m.U32, uint64(m.Flags>>1&1)
+		g.granted = msgHandover
 		return nil
 	case msgModeChanged:
+		g.granted = msgModeChanged
 		// The predecessor flipped the epoch for the readers that were
 		// waiting; we own the lock once they, and it, have released.
 		g.curRel, g.consWrt, g.epoch = m.Value, 0, uint64(m.Flags>>1&1)
@@ -197,29 +221,89 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 // TryExclusive takes entry i as a writer only if it is free: one masked CAS
 // comparing TailPtr and RdrCnt with zero. It never waits.
 func (c *Client) TryExclusive(ctx context.Context, i uint64) (*Guard, bool, error) {
+	g, ok, _, _, err := c.TryExclusiveTagged(ctx, i)
+	return g, ok, err
+}
+
+// TryExclusiveTagged is TryExclusive for callers that keep owner words
+// (Config.OwnerTags): the CAS and a READ of the owner word go out in one
+// batch, so a failed try also returns the holder's owner word and the entry
+// (whose RelCnt is an exclusive holder's token), at no extra round trip. A
+// successful try leaves the owner word to the caller (Guard.SetOwner).
+func (c *Client) TryExclusiveTagged(ctx context.Context, i uint64) (g *Guard, ok bool, owner uint64, e Entry, err error) {
 	if err := c.checkEntry(i); err != nil {
-		return nil, false, err
+		return nil, false, 0, Entry{}, err
 	}
-	g, err := c.openSlot(i)
+	g, err = c.openSlot(i)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, Entry{}, err
 	}
 	c.holds.add(i, 1, 0)
-	old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), c.layout.EntryAddr(i),
-		rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
-	e := Entry(old)
+	cctx := context.WithoutCancel(ctx)
+	addr := c.layout.EntryAddr(i)
+	var old rdma.U128
+	if c.cfg.OwnerTags {
+		var ob [8]byte
+		var b rdma.Batch
+		ci := b.MaskedCAS128(addr, rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
+		b.Read(c.layout.OwnerAddr(i), ob[:])
+		if err = c.ep.Post(cctx, &b); err == nil {
+			err = b.FirstErr()
+		}
+		old, owner = b.Old(ci), binary.LittleEndian.Uint64(ob[:])
+	} else {
+		old, err = c.ep.MaskedCAS128(cctx, addr, rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
+	}
+	e = Entry(old)
 	if err != nil || !e.Free() {
 		c.holds.add(i, -1, 0)
 		c.closeSlot(g)
 		if err == nil {
 			c.stats.TryFailures.Add(1)
 		}
-		return nil, false, err
+		return nil, false, owner, e, err
 	}
 	g.curRel, g.epoch, g.token = e.RelCnt(), e.Epoch(), e.RelCnt()
 	c.stats.Immediate.Add(1)
 	c.stats.ExclusiveGrants.Add(1)
-	return g, true, nil
+	return g, true, 0, e, nil
+}
+
+// SetOwner writes the entry's owner word while g holds it (one round trip);
+// releases clear it, or hand it to the successor. Config.OwnerTags must be on.
+func (g *Guard) SetOwner(ctx context.Context, word uint64) error {
+	c := g.c
+	if !c.cfg.OwnerTags {
+		return errors.New("shiftlock: owner tags are off")
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], word)
+	if err := c.ep.Write(context.WithoutCancel(ctx), c.layout.OwnerAddr(g.entry), b[:]); err != nil {
+		return err
+	}
+	g.tag = word
+	return nil
+}
+
+// withOwner posts the atomic that add puts in a batch, preceded, with owner
+// tags on and something to change, by a WRITE of the owner word: the memory
+// node executes a batch in order, so the owner word changes hands exactly as
+// the lock does, in one round trip.
+func (c *Client) withOwner(ctx context.Context, g *Guard, owner uint64, add func(b *rdma.Batch) int) (rdma.U128, error) {
+	var b rdma.Batch
+	if c.cfg.OwnerTags && (owner != 0 || g.tag != 0) {
+		var ob [8]byte
+		binary.LittleEndian.PutUint64(ob[:], owner)
+		b.Write(c.layout.OwnerAddr(g.entry), ob[:])
+	}
+	i := add(&b)
+	if err := c.ep.Post(ctx, &b); err != nil {
+		return rdma.U128{}, err
+	}
+	if err := b.FirstErr(); err != nil {
+		return rdma.U128{}, err
+	}
+	return b.Old(i), nil
 }
 
 // releaseExclusive is Algorithm 3's WRITER-RELEASE.
@@ -240,10 +324,13 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 		// writing a RelCnt that would corrupt every later reader count.
 		cmp := g.self.value().Or(fRelCnt.Value(g.curRel)).Or(fEpoch.Value(g.epoch))
 		swap := fRelCnt.Value(g.curRel + 1).Or(fEpoch.Value(1 - g.epoch))
-		old, err := c.ep.MaskedCAS128(ctx, addr, cmp, rdma.MaskOf(fTail, fRelCnt, fEpoch), swap, rdma.MaskOf(fTail, fRelCnt, fEpoch))
+		old, err := c.withOwner(ctx, g, 0, func(b *rdma.Batch) int {
+			return b.MaskedCAS128(addr, cmp, rdma.MaskOf(fTail, fRelCnt, fEpoch), swap, rdma.MaskOf(fTail, fRelCnt, fEpoch))
+		})
 		if err != nil {
 			return err
 		}
+		g.tag = 0
 		e := Entry(old)
 		if e.Tail() == g.self {
 			if e.RelCnt() == g.curRel && e.Epoch() == g.epoch {
@@ -273,7 +360,9 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 		// Enough writers in a row: let the waiting readers in (§3.5). The
 		// FAA flips Epoch, counts our release, and tells us how many readers
 		// the successor must wait for.
-		old, err := c.ep.MaskedFAA128(ctx, addr, fEpoch.Value(1).Or(fRelCnt.Value(1)), boundary)
+		old, err := c.withOwner(ctx, g, 0, func(b *rdma.Batch) int {
+			return b.MaskedFAA128(addr, fEpoch.Value(1).Or(fRelCnt.Value(1)), boundary)
+		})
 		if err != nil {
 			return err
 		}
@@ -289,11 +378,20 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 	rel := g.curRel
 	if !c.cfg.NoHandoverBump {
 		// Algorithm 3 line 20: count the release so that RelCnt shows
-		// progress to failure detectors and fencing tokens stay unique.
-		if _, err := c.ep.MaskedFAA128(ctx, addr, fRelCnt.Value(1), boundary); err != nil {
+		// progress to failure detectors and fencing tokens stay unique. The
+		// successor's owner tag goes in with it.
+		if _, err := c.withOwner(ctx, g, g.succTag, func(b *rdma.Batch) int {
+			return b.MaskedFAA128(addr, fRelCnt.Value(1), boundary)
+		}); err != nil {
 			return err
 		}
 		rel++
+	} else if c.cfg.OwnerTags && (g.succTag != 0 || g.tag != 0) {
+		var ob [8]byte
+		binary.LittleEndian.PutUint64(ob[:], g.succTag)
+		if err := c.ep.Write(ctx, c.layout.OwnerAddr(g.entry), ob[:]); err != nil {
+			return err
+		}
 	}
 	c.stats.Handovers.Add(1)
 	return c.handTo(ctx, g, message{Kind: msgHandover, Entry: g.entry, U32: next, Value: rel, Flags: uint8(g.epoch<<1) & 2})

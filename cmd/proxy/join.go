@@ -42,9 +42,12 @@ func (mb *member) connect(ctx context.Context) error {
 	cfg := mb.cfg
 	l := ep.Layout()
 	cfg.CheckInterval, cfg.StaleAfter = l.HeartbeatInterval, l.DeadAfter
+	// Owner tags let other proxies recognise a RedLock client asking through
+	// them too; an embedded memory node has no other proxies.
+	cfg.OwnerTags = !mb.solo
 	c := shiftlock.NewClient(ep, cfg)
 	lease := lockmap.NewLease(ep)
-	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease, Solo: mb.solo}
+	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease}
 	mb.close = func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = c.Close(cctx)

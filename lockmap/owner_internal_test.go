@@ -1,0 +1,58 @@
+package lockmap
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// TestOnlyConfirmedTagsMakeShadows: the owner word of a held entry names a
+// key and token. Only a confirmed tag (the holder's proxy granted it) may
+// make another proxy answer as if it held the key. A tag ShiftLock installed
+// as the lock reached a waiter whose client had already been told "no"
+// (an abandoned wait) must not.
+func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+	defer host.Close()
+	fab := memfab.New(host)
+	epA, _ := fab.Join("a")
+	epB, _ := fab.Join("b")
+	a := shiftlock.NewClient(epA, shiftlock.Config{OwnerTags: true})
+	b := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(epB, shiftlock.Config{OwnerTags: true})}}, Config{})
+	defer b.Close()
+	ctx := context.Background()
+	_, entry := b.Where("k")
+	g, err := a.AcquireExclusive(ctx, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setOwner := func(w uint64) {
+		var buf [8]byte
+		binary.LittleEndian.PutUint64(buf[:], w)
+		if err := epA.Write(ctx, epA.Layout().OwnerAddr(entry), buf[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tag := ownerTag("k", "tok")
+	setOwner(tag) // installed, not confirmed
+	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "tok", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}); ok {
+		t.Fatal("an unconfirmed tag produced a shadow")
+	}
+	setOwner(confirmed(tag))
+	f, ok, err := b.Acquire(ctx, []string{"k"}, "tok", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute})
+	if !ok || err != nil {
+		t.Fatalf("a confirmed tag did not produce a shadow: %v %v", ok, err)
+	}
+	if f[0] != g.Token()+1 {
+		t.Fatalf("shadow fence %d, holder's %d", f[0], g.Token()+1)
+	}
+	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "other", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}); ok {
+		t.Fatal("another token got the key")
+	}
+	g.Release(ctx)
+}
