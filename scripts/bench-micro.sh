@@ -5,13 +5,15 @@
 # uniform and Zipf-0.99 keys, 240 clients on 5 client nodes, 10M locks;
 # on memfab, and on a real memnode process (tcpfab) pinned to its own core
 # with its verb rate capped (docs/benchmarks.md says why), plus the capless
-# tcpfab run of the skewed WI/RI workloads, and the failure series on memfab.
+# tcpfab run of the skewed WI/RI workloads, Zipf WI at other caps, and the
+# failure series on memfab.
 # Rounds are interleaved (every configuration once per round) so that load
 # from other users of the machine spreads over all locks; the summary takes
 # medians over the rounds.
 #
 # Writes out/bench-micro/micro.csv (appended), docs/img/micro-*.png and the
-# "micro" section of docs/benchmarks.md. Knobs: RUNS, DURATION, WARMUP, CAP.
+# "micro" section of docs/benchmarks.md. Knobs: RUNS, DURATION, WARMUP, CAP,
+# SWEEP_CAPS, MAX_OTHER. About 25 minutes with the defaults.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,10 @@ RUNS=${RUNS:-3}
 DURATION=${DURATION:-3s}
 WARMUP=${WARMUP:-1s}
 CAP=${CAP:-100000}
+SWEEP_CAPS=${SWEEP_CAPS:-50000 200000}
+# A run during which other processes used more CPU than this is repeated
+# (up to 3 attempts; the CSV records how many).
+MAX_OTHER=${MAX_OTHER:-0.25}
 OUT=${OUT:-out/bench-micro}
 CSV=$OUT/micro.csv
 LB=bin/lockbench
@@ -56,7 +62,8 @@ run() { # setup name, then the lockbench command
 	local name=$1 out row
 	shift
 	n=$((n + 1))
-	out=$("$@" -label "$LABEL" -csv "$CSV" -duration "$DURATION" -warmup "$WARMUP" -progress=false 2>"$OUT/last.err")
+	out=$("$@" -label "$LABEL" -csv "$CSV" -duration "$DURATION" -warmup "$WARMUP" -progress=false \
+		-max-other-cpu "$MAX_OTHER" -attempts 3 2>"$OUT/last.err")
 	row=$(sed -n 2p <<<"$out")
 	if [ -n "$row" ]; then
 		printf '[%3d %5ss] %-11s %s\n' "$n" "$(($(date +%s) - start))" "$name" "$(awk '{printf "%s %s %s %s/s", $1, $3, $4, $5}' <<<"$row")"
@@ -80,6 +87,13 @@ for r in $(seq 1 "$RUNS"); do
 			done
 		done
 	done
+	# The cap sweep: Zipf WI at other budgets, to show where the memory
+	# node's budget binds and where the clients do.
+	for c in $SWEEP_CAPS; do
+		for l in shiftlock shiftlock-nobump cas-b dslr mcs; do
+			run "tcpfab-cap$((c / 1000))k" "${CLIENT[@]}" $LB -run "$r" -lock "$l" -keys zipf:0.99 -workload WI -fabric tcp "${PIN[@]}" -iops-cap "$c" $TCP_P
+		done
+	done
 	# Fig. 13: ShiftLock needs the memnode's paper recovery policy, which
 	# only the in-process memnode offers (cmd/memnode has no flag for it).
 	for l in shiftlock dslr; do
@@ -93,6 +107,6 @@ elapsed=$(($(date +%s) - start))
 echo "bench-micro: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
 $LB plot -csv "$CSV" -label "$LABEL" -out docs/img -prefix micro-
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (shared with other users; see the 'other processes' CPU per setup)"
-$LB summary -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -img img \
+$LB summary -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -img img -target-setup "tcpfab-cap$((CAP / 1000))k" \
 	-machine "$machine" -date "$(date -u +%Y-%m-%d)" -elapsed "$((elapsed / 60))m$((elapsed % 60))s" -command "make bench-micro"
 echo "bench-micro: wrote docs/benchmarks.md (section micro) and docs/img/micro-*.png"

@@ -51,6 +51,9 @@ type options struct {
 	capBurst  time.Duration
 	rttProbes int
 
+	maxOtherCPU float64
+	attempts    int
+
 	// Baseline parameters; zero means "scaled from the paper's values by
 	// this fabric's round trip" (see resolveParams).
 	casBackoff time.Duration
@@ -96,6 +99,8 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.timeline, "timeline", "", "write goodput per 100ms to this CSV file")
 	fs.Float64Var(&o.iopsCap, "iops-cap", 0, "cap on verbs per second reaching the memory node, all clients together (0: none)")
 	fs.DurationVar(&o.capBurst, "cap-burst", time.Millisecond, "how much unused -iops-cap budget may be spent at once")
+	fs.Float64Var(&o.maxOtherCPU, "max-other-cpu", 0, "repeat a run during which other processes used more than this many CPUs (0: never)")
+	fs.IntVar(&o.attempts, "attempts", 3, "most attempts per run with -max-other-cpu")
 	fs.IntVar(&o.rttProbes, "rtt-probes", 500, "uncontended READs timed to measure the fabric round trip")
 	fs.DurationVar(&o.casBackoff, "cas-backoff", 0, "CAS-B initial backoff (default: 1862ns scaled by RTT/2µs)")
 	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs)")

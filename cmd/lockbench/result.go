@@ -43,7 +43,9 @@ type result struct {
 	// else -1) and this process.
 	MemnodeCPU, ClientCPU float64
 	// OtherCPU is what the rest of the machine used meanwhile, in cores.
-	OtherCPU          float64
+	OtherCPU float64
+	// Attempts is how many times the run was made (see -max-other-cpu).
+	Attempts          int
 	IOPSCap           float64
 	Abandoned, Errors uint64
 	Params, Stats     string
@@ -113,6 +115,7 @@ var columns = []column{
 	fcol("memnode_cpu", func(r *result) *float64 { return &r.MemnodeCPU }),
 	fcol("client_cpu", func(r *result) *float64 { return &r.ClientCPU }),
 	fcol("other_cpu", func(r *result) *float64 { return &r.OtherCPU }),
+	icol("attempts", func(r *result) *int { return &r.Attempts }),
 	fcol("iops_cap", func(r *result) *float64 { return &r.IOPSCap }),
 	ucol("abandoned", func(r *result) *uint64 { return &r.Abandoned }),
 	ucol("errors", func(r *result) *uint64 { return &r.Errors }),

@@ -90,7 +90,11 @@ func renderSummary(o summaryOpts, rs []result) string {
 		p("\n### Targets (%s)\n\n", target)
 		renderTargets(&b, rs, cells, target)
 	}
+	renderCapSweep(&b, cells)
 	for _, s := range setups(cells) {
+		if gs := groupsIn(cells, s); s != target && len(gs) == 1 && strings.Contains(s, "-cap") {
+			continue // only a point of the cap sweep
+		}
 		p("\n### %s\n\n", s)
 		renderGoodput(&b, cells, s)
 		p("\n![goodput %s](%s/micro-goodput-%s.png)\n\n", s, o.img, s)
@@ -391,4 +395,78 @@ func locksPresent(cells map[cellID]*cell, s, lock string) int {
 		}
 	}
 	return n
+}
+
+// renderCapSweep compares the locks on Zipf WI over a real memnode at every
+// IOPS cap the runs used, uncapped last: where the memory node's budget
+// binds and where the clients do.
+func renderCapSweep(b *strings.Builder, cells map[cellID]*cell) {
+	type col struct {
+		setup string
+		cap   float64
+	}
+	var cols []col
+	for _, s := range setups(cells) {
+		if !strings.HasPrefix(s, "tcpfab") {
+			continue
+		}
+		for _, l := range lockKinds {
+			if c := find(cells, s, l, "WI", zipfKeys(cells)); c != nil {
+				capv := c.med.IOPSCap
+				if capv == 0 {
+					capv = 1e18
+				}
+				cols = append(cols, col{s, capv})
+				break
+			}
+		}
+	}
+	if len(cols) < 2 {
+		return
+	}
+	sort.Slice(cols, func(i, j int) bool { return cols[i].cap < cols[j].cap })
+	fmt.Fprintf(b, "\n### Zipf WI against the memory node's budget\n\nGoodput in K cycles/s on a real memnode, by IOPS cap (uncapped: the client process is the bottleneck); the last rows divide ShiftLock's goodput by the best baseline's (medians):\n\n| lock |")
+	for _, c := range cols {
+		fmt.Fprintf(b, " %s |", c.setup)
+	}
+	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(cols)))
+	best := make([]float64, len(cols))
+	for _, l := range lockKinds {
+		var row strings.Builder
+		any := false
+		for i, c := range cols {
+			if x := find(cells, c.setup, l, "WI", zipfKeys(cells)); x != nil {
+				any = true
+				fmt.Fprintf(&row, " %s |", kfmt(x.med.Goodput))
+				if !strings.HasPrefix(l, "shiftlock") {
+					best[i] = max(best[i], x.med.Goodput)
+				}
+			} else {
+				row.WriteString(" |")
+			}
+		}
+		if any {
+			fmt.Fprintf(b, "| %s |%s\n", l, row.String())
+		}
+	}
+	for _, sl := range []string{"shiftlock", "shiftlock-nobump"} {
+		fmt.Fprintf(b, "| %s / best baseline |", sl)
+		for i, c := range cols {
+			if x := find(cells, c.setup, sl, "WI", zipfKeys(cells)); x != nil && best[i] > 0 {
+				fmt.Fprintf(b, " %.2f |", x.med.Goodput/best[i])
+			} else {
+				b.WriteString(" |")
+			}
+		}
+		fmt.Fprintln(b)
+	}
+}
+
+func zipfKeys(cells map[cellID]*cell) string {
+	for _, k := range keysOf(cells) {
+		if strings.HasPrefix(k, "zipf") {
+			return k
+		}
+	}
+	return ""
 }
