@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -62,6 +63,25 @@ func TestCSVRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, []result{a, b}) {
 		t.Fatalf("read back\n%+v\nwant\n%+v", got, []result{a, b})
+	}
+}
+
+// TestCSVOlderHeader: appending to a file with fewer columns follows its
+// header, so the file stays readable.
+func TestCSVOlderHeader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.csv")
+	if err := os.WriteFile(path, []byte("lock,goodput\nmcs,5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendCSV(path, &result{Lock: "dslr", Goodput: 7, Attempts: 2}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readCSV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []result{{Lock: "mcs", Goodput: 5}, {Lock: "dslr", Goodput: 7}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
 

@@ -80,7 +80,15 @@ func drawAll(cells map[cellID]*cell, dir, prefix string) ([]string, error) {
 		files = append(files, path)
 		return nil
 	}
+	if p := sweepPlot(cells); p != nil {
+		if err := save(p, 8*vg.Inch, "capsweep"); err != nil {
+			return files, err
+		}
+	}
 	for _, s := range setups(cells) {
+		if sweepOnly(cells, s) {
+			continue
+		}
 		if p := goodputPlot(cells, s); p != nil {
 			if err := save(p, 9*vg.Inch, "goodput-"+s); err != nil {
 				return files, err
@@ -388,11 +396,11 @@ func failurePlot(cells map[cellID]*cell, s string) *plot.Plot {
 			p.Legend.Add(l+", p = 0", f)
 		}
 	}
-	p.X.Min, p.X.Max = xmin/2, xmax*2
 	p.Y.Min = 0
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 	headroom(p)
+	p.X.Min, p.X.Max = xmin/2, xmax*2
 	return p
 }
 
@@ -400,4 +408,71 @@ func failurePlot(cells map[cellID]*cell, s string) *plot.Plot {
 // cover the data.
 func headroom(p *plot.Plot) {
 	p.Y.Max *= 1.35
+	p.X.Min -= 0.5
+	p.X.Max += 0.5
+}
+
+// sweepOnly reports a setup that only holds a point of the cap sweep.
+func sweepOnly(cells map[cellID]*cell, s string) bool {
+	return len(groupsIn(cells, s)) == 1 && strings.Contains(s, "-cap") && len(locksIn(cells, s, true)) == 0 &&
+		find(cells, s, "shiftlock", "WI", "uniform") == nil
+}
+
+// sweepSetups lists the tcpfab setups that ran Zipf WI, by cap, uncapped
+// last.
+func sweepSetups(cells map[cellID]*cell) []string {
+	type sc struct {
+		s   string
+		cap float64
+	}
+	var out []sc
+	for _, s := range setups(cells) {
+		if !strings.HasPrefix(s, "tcpfab") {
+			continue
+		}
+		for _, l := range lockKinds {
+			if c := find(cells, s, l, "WI", zipfKeys(cells)); c != nil {
+				capv := c.med.IOPSCap
+				if capv == 0 {
+					capv = math.Inf(1)
+				}
+				out = append(out, sc{s, capv})
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].cap < out[j].cap })
+	names := make([]string, len(out))
+	for i, x := range out {
+		names[i] = x.s
+	}
+	return names
+}
+
+// sweepPlot is Zipf WI goodput on a real memnode at each IOPS cap.
+func sweepPlot(cells map[cellID]*cell) *plot.Plot {
+	ss := sweepSetups(cells)
+	if len(ss) < 2 {
+		return nil
+	}
+	var locks []string
+	for _, l := range lockKinds {
+		for _, s := range ss {
+			if find(cells, s, l, "WI", zipfKeys(cells)) != nil {
+				locks = append(locks, l)
+				break
+			}
+		}
+	}
+	p := plot.New()
+	p.Title.Text = "Goodput, Zipf WI, real memnode, by memnode IOPS cap (median of runs)"
+	p.Y.Label.Text = "K acquire-release cycles/s"
+	_ = groupedBars(p, ss, locks, 0, func(l string, i int) float64 {
+		c := find(cells, ss[i], l, "WI", zipfKeys(cells))
+		if c == nil {
+			return math.NaN()
+		}
+		return c.med.Goodput / 1000
+	})
+	return p
 }

@@ -124,28 +124,33 @@ var columns = []column{
 }
 
 // appendCSV appends r to path, writing the header first if the file is new
-// or empty.
+// or empty. A file written by an older lockbench keeps its own columns: the
+// row follows its header, and columns it lacks are dropped.
 func appendCSV(path string, r *result) error {
+	hdr, err := csvHeader(path)
+	if err != nil {
+		return err
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return err
-	}
 	w := csv.NewWriter(f)
-	if st.Size() == 0 {
-		hdr := make([]string, len(columns))
-		for i, c := range columns {
-			hdr[i] = c.name
+	if hdr == nil {
+		for _, c := range columns {
+			hdr = append(hdr, c.name)
 		}
 		_ = w.Write(hdr)
 	}
-	row := make([]string, len(columns))
-	for i, c := range columns {
-		row[i] = c.get(r)
+	byName := map[string]column{}
+	for _, c := range columns {
+		byName[c.name] = c
+	}
+	row := make([]string, len(hdr))
+	for i, h := range hdr {
+		if c, ok := byName[h]; ok {
+			row[i] = c.get(r)
+		}
 	}
 	_ = w.Write(row)
 	w.Flush()
@@ -154,6 +159,23 @@ func appendCSV(path string, r *result) error {
 		return err
 	}
 	return f.Close()
+}
+
+// csvHeader is the header of an existing, non-empty CSV file, or nil.
+func csvHeader(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	hdr, err := csv.NewReader(f).Read()
+	if errors.Is(err, io.EOF) {
+		return nil, nil
+	}
+	return hdr, err
 }
 
 // readCSV reads every row of path. Columns it does not know are ignored and

@@ -90,10 +90,10 @@ func renderSummary(o summaryOpts, rs []result) string {
 		p("\n### Targets (%s)\n\n", target)
 		renderTargets(&b, rs, cells, target)
 	}
-	renderCapSweep(&b, cells)
+	renderCapSweep(&b, o.img, cells)
 	for _, s := range setups(cells) {
-		if gs := groupsIn(cells, s); s != target && len(gs) == 1 && strings.Contains(s, "-cap") {
-			continue // only a point of the cap sweep
+		if s != target && sweepOnly(cells, s) {
+			continue
 		}
 		p("\n### %s\n\n", s)
 		renderGoodput(&b, cells, s)
@@ -111,33 +111,45 @@ func renderSummary(o summaryOpts, rs []result) string {
 	return b.String()
 }
 
-// setupParams lists the parameters the runs of setup s used.
+// setupParams describes setup s: its shape and the parameters its runs used
+// (the measured round trip, which varies from run to run, is summarised
+// apart).
 func setupParams(rs []result, s string) string {
 	seen := map[string]bool{}
 	var ps []string
+	var rtts []float64
 	var r0 *result
 	for i := range rs {
 		if setupName(&rs[i]) != s {
 			continue
 		}
 		r0 = &rs[i]
-		if !seen[rs[i].Params] {
-			seen[rs[i].Params] = true
-			ps = append(ps, rs[i].Params)
+		rtts = append(rtts, rs[i].RTTus)
+		var kept []string
+		for _, f := range strings.Fields(rs[i].Params) {
+			if !strings.HasPrefix(f, "rtt=") {
+				kept = append(kept, f)
+			}
+		}
+		p := strings.Join(kept, " ")
+		if !seen[p] {
+			seen[p] = true
+			ps = append(ps, p)
 		}
 	}
 	if r0 == nil {
 		return ""
 	}
 	sort.Strings(ps)
-	d := fmt.Sprintf("%d clients on %d client nodes, %d lock entries, %.0f s measured after warm-up", r0.Clients, r0.Nodes, r0.Entries, r0.DurationS)
+	d := fmt.Sprintf("%d clients on %d client nodes, %d lock entries, %.0f s measured after a warm-up", r0.Clients, r0.Nodes, r0.Entries, r0.DurationS)
 	if r0.IOPSCap > 0 {
-		d += fmt.Sprintf(", memnode IOPS capped at %.0f verbs/s", r0.IOPSCap)
+		d += fmt.Sprintf(", memnode verbs capped at %.0f/s", r0.IOPSCap)
 	}
-	if len(ps) == 1 {
-		return d + "; `" + ps[0] + "`"
+	d += fmt.Sprintf("; uncontended READ round trip before each run %.1f µs (median)", median(rtts))
+	for i := range ps {
+		ps[i] = "`" + ps[i] + "`"
 	}
-	return d + fmt.Sprintf("; parameters varied between runs (%d sets; first `%s`)", len(ps), ps[0])
+	return d + "; parameters " + strings.Join(ps, ", ")
 }
 
 func kfmt(v float64) string { return fmt.Sprintf("%.1f", v/1000) }
@@ -400,34 +412,14 @@ func locksPresent(cells map[cellID]*cell, s, lock string) int {
 // renderCapSweep compares the locks on Zipf WI over a real memnode at every
 // IOPS cap the runs used, uncapped last: where the memory node's budget
 // binds and where the clients do.
-func renderCapSweep(b *strings.Builder, cells map[cellID]*cell) {
-	type col struct {
-		setup string
-		cap   float64
-	}
-	var cols []col
-	for _, s := range setups(cells) {
-		if !strings.HasPrefix(s, "tcpfab") {
-			continue
-		}
-		for _, l := range lockKinds {
-			if c := find(cells, s, l, "WI", zipfKeys(cells)); c != nil {
-				capv := c.med.IOPSCap
-				if capv == 0 {
-					capv = 1e18
-				}
-				cols = append(cols, col{s, capv})
-				break
-			}
-		}
-	}
+func renderCapSweep(b *strings.Builder, img string, cells map[cellID]*cell) {
+	cols := sweepSetups(cells)
 	if len(cols) < 2 {
 		return
 	}
-	sort.Slice(cols, func(i, j int) bool { return cols[i].cap < cols[j].cap })
 	fmt.Fprintf(b, "\n### Zipf WI against the memory node's budget\n\nGoodput in K cycles/s on a real memnode, by IOPS cap (uncapped: the client process is the bottleneck); the last rows divide ShiftLock's goodput by the best baseline's (medians):\n\n| lock |")
 	for _, c := range cols {
-		fmt.Fprintf(b, " %s |", c.setup)
+		fmt.Fprintf(b, " %s |", c)
 	}
 	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(cols)))
 	best := make([]float64, len(cols))
@@ -435,7 +427,7 @@ func renderCapSweep(b *strings.Builder, cells map[cellID]*cell) {
 		var row strings.Builder
 		any := false
 		for i, c := range cols {
-			if x := find(cells, c.setup, l, "WI", zipfKeys(cells)); x != nil {
+			if x := find(cells, c, l, "WI", zipfKeys(cells)); x != nil {
 				any = true
 				fmt.Fprintf(&row, " %s |", kfmt(x.med.Goodput))
 				if !strings.HasPrefix(l, "shiftlock") {
@@ -452,7 +444,7 @@ func renderCapSweep(b *strings.Builder, cells map[cellID]*cell) {
 	for _, sl := range []string{"shiftlock", "shiftlock-nobump"} {
 		fmt.Fprintf(b, "| %s / best baseline |", sl)
 		for i, c := range cols {
-			if x := find(cells, c.setup, sl, "WI", zipfKeys(cells)); x != nil && best[i] > 0 {
+			if x := find(cells, c, sl, "WI", zipfKeys(cells)); x != nil && best[i] > 0 {
 				fmt.Fprintf(b, " %.2f |", x.med.Goodput/best[i])
 			} else {
 				b.WriteString(" |")
@@ -460,6 +452,7 @@ func renderCapSweep(b *strings.Builder, cells map[cellID]*cell) {
 		}
 		fmt.Fprintln(b)
 	}
+	fmt.Fprintf(b, "\n![cap sweep](%s/micro-capsweep.png)\n", img)
 }
 
 func zipfKeys(cells map[cellID]*cell) string {
