@@ -3,8 +3,8 @@ package itest
 import (
 	"fmt"
 	"net"
-	"strconv"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 

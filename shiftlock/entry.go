@@ -20,8 +20,6 @@ var (
 	// boundary stops MaskedFAA carries at every field's top bit, so that
 	// adding -1 to RdrCnt never borrows from Epoch and RelCnt wraps alone.
 	boundary = rdma.Boundary(fTail, fRdrCnt, fEpoch, fRelCnt)
-
-	maskAll = rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
 )
 
 // Entry is a decoded lock entry.
