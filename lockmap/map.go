@@ -437,11 +437,11 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	var g *shiftlock.Guard
 	var ok bool
 	var err error
+	var owner uint64
+	var e shiftlock.Entry
 	if mode == shiftlock.Shared {
 		g, ok, err = c.TryShared(ctx, entry)
 	} else {
-		var owner uint64
-		var e shiftlock.Entry
 		g, ok, owner, e, err = c.TryExclusiveTagged(ctx, entry)
 		if err == nil && !ok && tag != 0 && owner == confirmed(tag) {
 			// The same key and token hold it through another proxy: the
@@ -456,6 +456,14 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 		return g, 0, false, nil
 	}
 	if deadline.IsZero() {
+		if tag != 0 && (owner == 0 || owner == tag) {
+			// The holder may be the same key and token through another
+			// proxy whose confirmation is still a round trip away (a RedLock
+			// client asks every proxy at once): give it that long.
+			if fence, ok := m.awaitTag(ctx, d, entry, tag, e.RelCnt()); ok {
+				return nil, fence, false, nil
+			}
+		}
 		return nil, 0, false, nil
 	}
 	if queue != nil {
@@ -506,9 +514,8 @@ func ownerTag(key, token string) uint64 {
 
 func confirmed(tag uint64) uint64 { return tag | 1 }
 
-// matchTag reads entry's owner tag and the entry in one round trip. On a
-// match, the fence is the holder's: an exclusive holder's RelCnt is its token.
-func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint64, bool, error) {
+// readOwner reads entry's owner word and the entry in one round trip.
+func (m *Map) readOwner(ctx context.Context, d *Domain, entry uint64) (uint64, shiftlock.Entry, error) {
 	l := d.Client.Endpoint().Layout()
 	var tb [8]byte
 	var eb [16]byte
@@ -516,16 +523,51 @@ func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint6
 	b.Read(l.OwnerAddr(entry), tb[:])
 	b.Read(l.EntryAddr(entry), eb[:])
 	if err := d.Client.Endpoint().Post(ctx, &b); err != nil {
-		return 0, false, err
+		return 0, shiftlock.Entry{}, err
 	}
 	if err := b.FirstErr(); err != nil {
+		return 0, shiftlock.Entry{}, err
+	}
+	return binary.LittleEndian.Uint64(tb[:]), shiftlock.Entry(rdma.U128From(eb[:])), nil
+}
+
+// matchTag reports whether entry's holder carries confirmed(tag). On a
+// match, the fence is the holder's: an exclusive holder's RelCnt is its token.
+func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint64, bool, error) {
+	owner, e, err := m.readOwner(ctx, d, entry)
+	if err != nil || owner != confirmed(tag) {
 		return 0, false, err
 	}
-	if binary.LittleEndian.Uint64(tb[:]) != confirmed(tag) {
-		return 0, false, nil
-	}
-	e := shiftlock.Entry(rdma.U128From(eb[:]))
 	return e.RelCnt() + 1, true, nil
+}
+
+// tagGrace bounds how long a try-only acquire waits for a fresh holder's
+// tag to be confirmed. Confirmation is one round trip after the grant, so a
+// couple of milliseconds covers a loaded host without making a failed
+// SET NX noticeably slower.
+const tagGrace = 2 * time.Millisecond
+
+// awaitTag polls entry's owner word for up to tagGrace while it may still
+// become confirmed(tag): it stops early once another owner is installed or
+// the holder seen by the try (RelCnt relCnt) has released.
+func (m *Map) awaitTag(ctx context.Context, d *Domain, entry, tag, relCnt uint64) (uint64, bool) {
+	end := time.Now().Add(tagGrace)
+	for {
+		owner, e, err := m.readOwner(ctx, d, entry)
+		if err != nil {
+			return 0, false
+		}
+		switch {
+		case owner == confirmed(tag):
+			return e.RelCnt() + 1, true
+		case owner != 0 && owner != tag, e.RelCnt() != relCnt:
+			return 0, false
+		}
+		if !time.Now().Before(end) {
+			return 0, false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // confirm marks g's owner tag as granted, off the client's reply path: a
