@@ -827,6 +827,13 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 		return info, nil // another key of ours owns the entry: this one is free
 	}
 	ent, err := d.Client.Read(ctx, e)
+	// A wait of ours that its client gave up may hold the entry for a moment
+	// while it passes the lock on: that is nobody's hold, so let it settle
+	// (briefly: it may also be queued behind a real holder).
+	for settle := time.Now().Add(abandonSettle); err == nil && !ent.Free() && d.Client.Abandoning(e) && time.Now().Before(settle); {
+		time.Sleep(100 * time.Microsecond)
+		ent, err = d.Client.Read(ctx, e)
+	}
 	if err != nil {
 		return info, err
 	}
@@ -836,6 +843,10 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 	}
 	return info, nil
 }
+
+// abandonSettle bounds how long Lookup waits for an abandoned wait of this
+// proxy to pass on an entry that looks held.
+const abandonSettle = 50 * time.Millisecond
 
 func (m *Map) countExcl(g *grant, d int) {
 	if g.mode != shiftlock.Exclusive {

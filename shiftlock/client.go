@@ -150,6 +150,12 @@ func (c *Client) Entries() uint64 { return c.layout.LockEntries }
 // Stats are the client's protocol counters.
 func (c *Client) Stats() *Stats { return &c.stats }
 
+// Abandoning reports whether a wait on entry i that its caller gave up is
+// still queued or passing the lock on. While it is, the entry may look held
+// although nobody who was answered holds it; an observer that cares (a
+// proxy's EXISTS) can wait for it to settle.
+func (c *Client) Abandoning(i uint64) bool { return c.holds.abandoning(i) }
+
 // Close waits for background completions of abandoned acquisitions (bounded
 // by ctx) and stops accepting new ones. It does not close the endpoint.
 func (c *Client) Close(ctx context.Context) error {
@@ -241,10 +247,21 @@ type holdShard struct {
 
 type holdCount struct {
 	active, waiting int32
+	abandoned       int32 // waits given up by their caller, not yet released
 	frozenUntil     time.Time
 }
 
 func (h *holdTable) add(entry uint64, active, waiting int32) {
+	h.update(entry, func(hc *holdCount) { hc.active += active; hc.waiting += waiting })
+}
+
+// abandon counts abandoned waits on entry (delta +1 when one is given up,
+// -1 once it has passed the lock on).
+func (h *holdTable) abandon(entry uint64, delta int32) {
+	h.update(entry, func(hc *holdCount) { hc.abandoned += delta })
+}
+
+func (h *holdTable) update(entry uint64, f func(*holdCount)) {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
 	if s.m == nil {
@@ -255,12 +272,19 @@ func (h *holdTable) add(entry uint64, active, waiting int32) {
 		hc = &holdCount{}
 		s.m[entry] = hc
 	}
-	hc.active += active
-	hc.waiting += waiting
-	if hc.active == 0 && hc.waiting == 0 && !time.Now().Before(hc.frozenUntil) {
+	f(hc)
+	if hc.active == 0 && hc.waiting == 0 && hc.abandoned == 0 && !time.Now().Before(hc.frozenUntil) {
 		delete(s.m, entry)
 	}
 	s.mu.Unlock()
+}
+
+func (h *holdTable) abandoning(entry uint64) bool {
+	s := &h.shards[entry%64]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hc := s.m[entry]
+	return hc != nil && hc.abandoned > 0
 }
 
 // probe answers the memory node. Answering "waiting" freezes grants by

@@ -66,9 +66,11 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		// We cannot leave before our epoch: finish in the background and
 		// release at once.
 		c.stats.Abandoned.Add(1)
+		c.holds.abandon(i, 1)
 		c.bg.Add(1)
 		go func() {
 			defer c.bg.Done()
+			defer c.holds.abandon(i, -1)
 			res := <-rw.res
 			if res.err != nil {
 				c.holds.add(i, 0, -1)

@@ -199,9 +199,11 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 		return err
 	}
 	c.stats.Abandoned.Add(1)
+	c.holds.abandon(g.entry, 1)
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
+		defer c.holds.abandon(g.entry, -1)
 		defer w.stop()
 		bctx := context.Background()
 		if err := finish(bctx); err != nil {
