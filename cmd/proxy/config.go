@@ -43,6 +43,8 @@ type config struct {
 
 	MetricsListen string `yaml:"metrics_listen"`
 	LogLevel      string `yaml:"log_level"`
+	// CPUProfile (flag only) writes a CPU profile until shutdown.
+	CPUProfile string `yaml:"-"`
 }
 
 // waitRule is one acquire_wait entry: keys matching pattern wait "auto"
@@ -118,6 +120,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
 	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -55,6 +56,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Error("cpuprofile", zap.Error(err))
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
 		cfg.Name = host + ":" + strconv.Itoa(os.Getpid())

@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
@@ -41,6 +42,8 @@ func main() {
 	hot := flag.Duration("hot-time", 15*time.Second, "duration of the hot-key workload")
 	hold := flag.Duration("hold", time.Millisecond, "time a hot-key client holds the lock")
 	doc := flag.String("doc", "", "rewrite the proxy section of this Markdown file")
+	proxyArgs := flag.String("proxy-args", "", "extra proxy flags, space-separated (e.g. -cpuprofile /tmp/p.out)")
+	hotOnly := flag.Bool("hot-only", false, "run only the hot-key workload and print its runs (no report)")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -49,7 +52,7 @@ func main() {
 		fail(err)
 	}
 	defer redis.stop()
-	proxy, err := startProxy(*proxyBin)
+	proxy, err := startProxy(*proxyBin, strings.Fields(*proxyArgs))
 	if err != nil {
 		fail(err)
 	}
@@ -61,6 +64,15 @@ func main() {
 	var hk [2][]hotResult
 	for r := 0; r < *runs; r++ {
 		for i, t := range targets {
+			if *hotOnly {
+				h, err := hotKey(ctx, t.addr, *clients, *hot, *hold)
+				if err != nil {
+					fail(err)
+				}
+				fmt.Printf("run %d %s: %.0f acq/s, p50 %v p99 %v max %v, per client %d..%d, failures %d, unlock-to-next-lock p50 %v\n",
+					r+1, t.name, h.rate, h.p50, h.p99, h.max, h.perClient[0], h.perClient[len(h.perClient)-1], h.failures, h.gap)
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "run %d/%d %s: latency...", r+1, *runs, t.name)
 			l, err := latency(ctx, t.addr, *cycles)
 			if err != nil {
@@ -81,6 +93,9 @@ func main() {
 			hk[i] = append(hk[i], h)
 			fmt.Fprintf(os.Stderr, " %.0f acq/s, max %v\n", h.rate, h.max)
 		}
+	}
+	if *hotOnly {
+		return
 	}
 	report := render(targets, lat, thr, hk, *runs, *clients, *hold, redisVersion(*redisBin))
 	fmt.Println(report)
@@ -103,9 +118,18 @@ type proc struct {
 	addr string
 }
 
+// stop asks for a graceful shutdown (the proxy flushes a CPU profile then)
+// and kills after a grace period.
 func (p *proc) stop() {
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
 }
 
 func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*proc, error) {
@@ -142,8 +166,8 @@ func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*
 	}
 }
 
-func startProxy(bin string) (*proc, error) {
-	return start(bin, []string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn"},
+func startProxy(bin string, extra []string) (*proc, error) {
+	return start(bin, append([]string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn"}, extra...),
 		regexp.MustCompile(`proxy listening on (\S+)`), "")
 }
 

@@ -101,7 +101,9 @@ type hotResult struct {
 	rate          float64 // acquisitions per second
 	p50, p99, max time.Duration
 	failures      int64
-	perClient     []int // acquisitions per client, sorted
+	perClient     []int         // acquisitions per client, sorted
+	gap           time.Duration // median time from a holder's Unlock to the next holder's Lock returning
+	held          time.Duration // median real duration of the hold (the sleep overshoots)
 }
 
 // hotKey has every client loop on one key with a default redsync mutex:
@@ -115,6 +117,11 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 	per := make([]int, clients)
 	var failures atomic.Int64
 	var wg sync.WaitGroup
+	// The critical path of a handover: Unlock called by one client until
+	// Lock returns to the next. The hold is the rest of a cycle.
+	var unlocked atomic.Int64
+	gaps := hdrhistogram.New(1, int64(60*time.Second/time.Microsecond), 3)
+	holds := hdrhistogram.New(1, int64(60*time.Second/time.Microsecond), 3)
 	end := time.Now().Add(d)
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
@@ -127,8 +134,14 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 					failures.Add(1)
 					continue
 				}
-				took := time.Since(start)
-				if time.Now().After(end) {
+				now := time.Now()
+				took := now.Sub(start)
+				if u := unlocked.Swap(0); u != 0 {
+					mu.Lock()
+					_ = gaps.RecordValue(now.Sub(time.Unix(0, u)).Microseconds())
+					mu.Unlock()
+				}
+				if now.After(end) {
 					m.UnlockContext(ctx) // past the window: not counted
 					return
 				}
@@ -137,6 +150,11 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 				per[id]++
 				mu.Unlock()
 				time.Sleep(hold)
+				u := time.Now()
+				unlocked.Store(u.UnixNano())
+				mu.Lock()
+				_ = holds.RecordValue(u.Sub(now).Microseconds())
+				mu.Unlock()
 				m.UnlockContext(ctx)
 			}
 		}(i)
@@ -150,5 +168,7 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 		max:       time.Duration(h.Max()) * time.Microsecond,
 		failures:  failures.Load(),
 		perClient: per,
+		gap:       time.Duration(gaps.ValueAtQuantile(50)) * time.Microsecond,
+		held:      time.Duration(holds.ValueAtQuantile(50)) * time.Microsecond,
 	}, nil
 }
