@@ -108,7 +108,7 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]
 		held, gap = append(held, h.held), append(gap, h.gap)
 	}
 	hd, gp := medianDur(held), medianDur(gap)
-	w("\nOn the proxy a handover is serial: one cycle is the real hold (%s median for a %v sleep here) plus Unlock-to-next-Lock (%s), a ceiling of %.0f acquisitions/s whatever the lock service does after the release arrives.\n", ms(hd), hold, ms(gp), float64(time.Second)/float64(hd+gp))
+	w("\nOn the proxy a handover is serial: one cycle is the real hold (%s median for a %v sleep here) plus Unlock-to-next-Lock (%s), a ceiling of %.0f acquisitions/s. Unlock-to-next-Lock covers the release's trip to the proxy, the handover and the grant's trip back to the next client, including wake-ups in both processes.\n", ms(hd), hold, ms(gp), float64(time.Second)/float64(hd+gp))
 	w("\nProxy/Redis acquisitions/s: **%.2fx** (runs: %s); target at least 1.2x: %s.  \n", median(rateR), fmtList(rateR), verdict(median(rateR) >= 1.2))
 	w("Proxy/Redis max time to acquire: **%.3fx** (runs: %s); target at most 0.1x: %s.  \n", median(maxR), fmtList(maxR), verdict(median(maxR) <= 0.1))
 	w("Proxy per-client max/min: **%.2f**; target at most 1.5: %s.\n", median(fairProxy), verdict(median(fairProxy) <= 1.5))
