@@ -16,9 +16,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime/pprof"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
@@ -45,17 +45,12 @@ func main() {
 	flag.StringVar(&o.verb, "verb", "", `measure only this verb (e.g. "MaskedCAS 16")`)
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process here")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "cpuprofile:", err)
-			os.Exit(1)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := procutil.StartCPUProfile(*cpuprofile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cpuprofile:", err)
+		os.Exit(1)
 	}
+	defer stopProfile()
 	if *echo != "" {
 		if err := serveEcho(*echo); err != nil {
 			fmt.Fprintln(os.Stderr, "echo:", err)
@@ -68,14 +63,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "run %d/%d\n", r+1, o.runs)
 		res, err := runOnce(o)
 		if err != nil {
-			pprof.StopCPUProfile()
+			stopProfile()
 			fmt.Fprintln(os.Stderr, "fabricbench:", err)
 			os.Exit(1)
 		}
 		results = append(results, res)
 	}
 	report(os.Stdout, o, median(results))
-	pprof.StopCPUProfile()
 }
 
 var outstanding = [...]int{1, 16, 64}

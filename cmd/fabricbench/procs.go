@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 // startProc starts a server process and waits for the line on its stdout
@@ -43,17 +45,4 @@ func startProc(marker string, name string, args ...string) (*exec.Cmd, string, e
 	}
 }
 
-func stopProc(cmd *exec.Cmd) {
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
+func stopProc(cmd *exec.Cmd) { procutil.Stop(cmd, os.Interrupt, 5*time.Second) }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 // proc is a memnode process started for one run.
@@ -103,17 +105,7 @@ func startMemnode(o options, recovery bool) (*proc, error) {
 }
 
 // stop asks the memnode to exit and kills it if it does not.
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-}
+func (p *proc) stop() { procutil.Stop(p.cmd, os.Interrupt, 5*time.Second) }
 
 // cpuTime is the CPU time the process has used so far, from /proc.
 func (p *proc) cpuTime() (time.Duration, error) {

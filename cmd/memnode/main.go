@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 )
@@ -53,17 +53,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
-	if cfg.CPUProfile != "" {
-		f, err := os.Create(cfg.CPUProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			log.Error("cpuprofile", zap.Error(err))
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := procutil.StartCPUProfile(cfg.CPUProfile)
+	if err != nil {
+		log.Error("cpuprofile", zap.Error(err))
+		return 1
 	}
+	defer stopProfile()
 
 	mcfg := memnode.Config{
 		Entries:           cfg.Entries,

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 func main() {
@@ -120,17 +121,7 @@ type proc struct {
 
 // stop asks for a graceful shutdown (the proxy flushes a CPU profile then)
 // and kills after a grace period.
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-}
+func (p *proc) stop() { procutil.Stop(p.cmd, syscall.SIGTERM, 5*time.Second) }
 
 func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
