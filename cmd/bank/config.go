@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
-	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 )
 
 // config is the bank's configuration: defaults, then the YAML file
@@ -92,18 +87,11 @@ func configFlags(fs *flag.FlagSet) func() (config, error) {
 	return func() (config, error) {
 		cfg := d
 		if *file != "" {
-			raw, err := os.ReadFile(*file)
-			if err != nil {
+			if err := flagfile.Load(*file, &cfg); err != nil {
 				return config{}, err
 			}
-			dec := yaml.NewDecoder(bytes.NewReader(raw))
-			dec.KnownFields(true)
-			if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-				return config{}, fmt.Errorf("%s: %w", *file, err)
-			}
 		}
-		set := map[string]bool{}
-		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		set := flagfile.Given(fs)
 		over := func(name string, apply func()) {
 			if set[name] {
 				apply()

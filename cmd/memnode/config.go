@@ -1,15 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 )
 
 // config is the memory node's configuration: built-in defaults, then the
@@ -82,7 +80,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if *file != "" {
-		if err := loadFile(*file, &cfg); err != nil {
+		if err := flagfile.Load(*file, &cfg); err != nil {
 			return config{}, err
 		}
 	}
@@ -115,19 +113,6 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		}
 	})
 	return cfg, cfg.validate()
-}
-
-func loadFile(path string, cfg *config) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true) // a misspelt key is an error, not a silent default
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 func (c config) validate() error {

@@ -17,15 +17,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
@@ -47,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "memnode:", err)
 		return 2
 	}
-	log, err := newLogger(cfg.LogLevel, stderr)
+	log, err := procutil.NewLogger(cfg.LogLevel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "memnode:", err)
 		return 2
@@ -98,24 +95,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	srv := tcpfab.NewServer(host, log)
 
-	var metrics *http.Server
+	var metrics *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
+		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host), log); err != nil {
 			_ = ln.Close()
 			log.Error("metrics listen", zap.Error(err))
 			return 1
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(registry(host), promhttp.HandlerOpts{}))
-		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", zap.Error(err))
-			}
-		}()
-		log.Info("metrics on", zap.String("addr", mln.Addr().String()))
-		fmt.Fprintf(stdout, "metrics on %s\n", mln.Addr())
+		log.Info("metrics on", zap.String("addr", metrics.Addr().String()))
+		fmt.Fprintf(stdout, "metrics on %s\n", metrics.Addr())
 	}
 
 	log.Info("memnode listening", zap.String("addr", ln.Addr().String()),
@@ -135,22 +123,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	_ = srv.Close()
-	if metrics != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = metrics.Shutdown(sctx)
-		cancel()
-	}
+	metrics.Shutdown()
 	return code
-}
-
-func newLogger(level string, out io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("log level: %w", err)
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	enc.EncodeDuration = zapcore.StringDurationEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(out)), lvl)
-	return zap.New(core), nil
 }

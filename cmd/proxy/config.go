@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 )
 
@@ -128,18 +125,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if *file != "" {
-		raw, err := os.ReadFile(*file)
-		if err != nil {
+		if err := flagfile.Load(*file, &cfg); err != nil {
 			return config{}, err
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(raw))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return config{}, fmt.Errorf("%s: %w", *file, err)
-		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	set := flagfile.Given(fs)
 	over := func(name string, apply func()) {
 		if set[name] {
 			apply()

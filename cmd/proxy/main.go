@@ -19,16 +19,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
@@ -50,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "proxy:", err)
 		return 2
 	}
-	log, err := newLogger(cfg.LogLevel, stderr)
+	log, err := procutil.NewLogger(cfg.LogLevel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "proxy:", err)
 		return 2
@@ -111,23 +107,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Warn("serving without requirepass on a non-loopback address: anyone who can reach it can take and release locks",
 			zap.String("addr", ln.Addr().String()))
 	}
-	var msrv *http.Server
+	var msrv *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
+		if msrv, err = procutil.ServeMetrics(cfg.MetricsListen, m.reg, log); err != nil {
 			_ = ln.Close()
 			log.Error("metrics listen", zap.Error(err))
 			return 1
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", zap.Error(err))
-			}
-		}()
-		fmt.Fprintf(stdout, "metrics on %s\n", mln.Addr())
+		fmt.Fprintf(stdout, "metrics on %s\n", msrv.Addr())
 	}
 	names := make([]string, len(doms))
 	for i, d := range doms {
@@ -147,11 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	_ = srv.Close()
-	if msrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = msrv.Shutdown(sctx)
-		cancel()
-	}
+	msrv.Shutdown()
 	return code
 }
 
@@ -174,16 +157,4 @@ func nthPort(addr string, i int) (string, error) {
 func isLoopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
-}
-
-func newLogger(level string, out io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("log level: %w", err)
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	enc.EncodeDuration = zapcore.StringDurationEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(out)), lvl)
-	return zap.New(core), nil
 }

@@ -1,14 +1,79 @@
-// Package procutil holds what the project's commands share about diagnosing
-// themselves and the processes they start: a CPU profile switch and a
-// graceful stop of a child.
+// Package procutil is the process plumbing the project's commands share:
+// the JSON logger, the /metrics endpoint, a CPU profile switch, and a
+// graceful stop of a child process.
 package procutil
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime/pprof"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
+
+// NewLogger is the daemons' logger: JSON lines to out at level ("debug",
+// "info", "warn" or "error"), with ISO 8601 times and readable durations.
+func NewLogger(level string, out io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(out)), lvl)
+	return zap.New(core), nil
+}
+
+// MetricsServer serves /metrics until Shutdown.
+type MetricsServer struct {
+	srv  *http.Server
+	addr net.Addr
+}
+
+// ServeMetrics listens on addr and serves g's metrics at /metrics in the
+// background; serving errors after the start are logged. The listen error
+// is returned, so that a taken port fails the start rather than leaving
+// the daemon unobservable.
+func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*MetricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	m := &MetricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr()}
+	go func() {
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", zap.Error(err))
+		}
+	}()
+	return m, nil
+}
+
+// Addr is the address the server listens on (with the port it picked).
+func (m *MetricsServer) Addr() net.Addr { return m.addr }
+
+// Shutdown stops the server, waiting up to 5 s for scrapes in flight. A nil
+// server (metrics disabled) is a no-op.
+func (m *MetricsServer) Shutdown() {
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.srv.Shutdown(ctx)
+}
 
 // StartCPUProfile writes a CPU profile of this process to path until the
 // returned stop is called. An empty path profiles nothing and returns a stop

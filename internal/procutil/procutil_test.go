@@ -1,12 +1,18 @@
 package procutil
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 func TestStopSignalsThenKills(t *testing.T) {
@@ -48,5 +54,50 @@ func TestCPUProfile(t *testing.T) {
 	stop()
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 		t.Fatalf("profile not written: %v", err)
+	}
+}
+
+func TestServeMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "procutil_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Add(3)
+	m, err := ServeMetrics("127.0.0.1:0", reg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + m.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "procutil_test_total 3") {
+		t.Fatalf("/metrics does not show the counter:\n%s", body)
+	}
+	m.Shutdown()
+	if _, err := http.Get("http://" + m.Addr().String() + "/metrics"); err == nil {
+		t.Fatal("still serving after Shutdown")
+	}
+	var none *MetricsServer
+	none.Shutdown() // metrics disabled
+	if _, err := ServeMetrics(m.Addr().String()+"x", reg, zap.NewNop()); err == nil {
+		t.Fatal("a bad address must fail the start")
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var b strings.Builder
+	log, err := NewLogger("warn", &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hidden")
+	log.Warn("shown", zap.Duration("took", time.Second))
+	if s := b.String(); strings.Contains(s, "hidden") || !strings.Contains(s, `"took":"1s"`) {
+		t.Fatalf("log output: %s", s)
+	}
+	if _, err := NewLogger("loud", &b); err == nil {
+		t.Fatal("an unknown level must be an error")
 	}
 }
