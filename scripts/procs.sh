@@ -1,0 +1,52 @@
+# Sourced by scripts that start servers on loopback (demo.sh,
+# bench-bank.sh): start redis-servers and the project's daemons, remember
+# their PIDs, and stop them all when the script exits. The caller sets LOGS
+# (a directory for their output) before starting anything. Functions return
+# non-zero on failure; callers decide whether that ends the script.
+
+PIDS=()
+stop_all() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 20000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+}
+
+wait_port() {
+	for _ in $(seq 200); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "nothing listens on port $1" >&2
+	return 1
+}
+
+start_redis() { # sets ADDR
+	local port
+	port=$(free_port)
+	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$LOGS/redis-$port.log" 2>&1 &
+	PIDS+=($!)
+	wait_port "$port" || return 1
+	ADDR=127.0.0.1:$port
+}
+
+start_listener() { # name, command...; sets ADDR from its "listening on ADDR" line
+	local name=$1
+	shift
+	"$@" >"$LOGS/$name.out" 2>"$LOGS/$name.err" &
+	PIDS+=($!)
+	for _ in $(seq 300); do
+		ADDR=$(sed -n 's/.* listening on \([^ ]*\)$/\1/p' "$LOGS/$name.out" | head -1)
+		[ -n "$ADDR" ] && return 0
+		sleep 0.05
+	done
+	echo "$name did not start; see $LOGS/$name.err" >&2
+	return 1
+}
