@@ -113,18 +113,25 @@ func (s *Server) findSHA(sha string) (*Script, bool) {
 	return LookupSHA(sha)
 }
 
-func (s *Server) cmdEval(st *connState, args [][]byte) {
-	body := string(args[1])
+// load resolves a script body, by its SHA or else by recognising it, and
+// remembers it for EVALSHA. An unsupported body is answered here.
+func (s *Server) load(st *connState, body string) (string, *Script, bool) {
 	sha := SHA1Hex(body)
 	sc, ok := s.findSHA(sha)
 	if !ok {
 		if sc, ok = Recognize(body); !ok {
 			st.w.reply(UnsupportedScriptError(sha))
-			return
+			return "", nil, false
 		}
 	}
 	s.remember(sha, sc)
-	s.runScript(st, sc, args[2:])
+	return sha, sc, true
+}
+
+func (s *Server) cmdEval(st *connState, args [][]byte) {
+	if _, sc, ok := s.load(st, string(args[1])); ok {
+		s.runScript(st, sc, args[2:])
+	}
 }
 
 func (s *Server) cmdEvalSHA(st *connState, args [][]byte) {
@@ -146,17 +153,9 @@ func (s *Server) cmdScript(st *connState, args [][]byte) {
 			st.w.err("ERR wrong number of arguments for 'script|load' command")
 			return
 		}
-		body := string(args[2])
-		sha := SHA1Hex(body)
-		sc, ok := s.findSHA(sha)
-		if !ok {
-			if sc, ok = Recognize(body); !ok {
-				st.w.reply(UnsupportedScriptError(sha))
-				return
-			}
+		if sha, _, ok := s.load(st, string(args[2])); ok {
+			st.w.bulk(sha)
 		}
-		s.remember(sha, sc)
-		st.w.bulk(sha)
 	case "exists":
 		st.w.array(len(args) - 2)
 		for _, a := range args[2:] {

@@ -11,6 +11,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/shiftlock/shiftlock-proxy/bank"
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // seriesOrder is the order series appear in, left to right; others follow
@@ -105,25 +106,13 @@ func mixRank(m string) int {
 	return 1
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // med is the median over g's runs of series s of f.
 func (g *group) med(s string, f func(*bank.Result) float64) float64 {
 	var xs []float64
 	for _, r := range g.runs[s] {
 		xs = append(xs, f(r))
 	}
-	return median(xs)
+	return stats.Median(xs)
 }
 
 // ratios are f(a)/f(b) for every run number both series have: measured in

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/bank"
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // docSection is the marker of the SmallBank section of docs/benchmarks.md.
@@ -157,7 +158,7 @@ func sideBySide(gs []*group) string {
 			if len(gr) == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, "%s vs %s: goodput x%.2f, p99 x%.3f (same-run ratios, median of %d)\n", pr[0], pr[1], median(gr), median(lr), len(gr))
+			fmt.Fprintf(&b, "%s vs %s: goodput x%.2f, p99 x%.3f (same-run ratios, median of %d)\n", pr[0], pr[1], stats.Median(gr), stats.Median(lr), len(gr))
 		}
 	}
 	return b.String()
@@ -209,7 +210,7 @@ func markdown(gs []*group, fig func(*group) string) string {
 				if len(gr) == 0 {
 					continue
 				}
-				w("| %s / %s | **%.2fx** (%s) | %.3fx | %.3fx (%s) |\n", pr[0], pr[1], median(gr), ratioList(gr), median(l50), median(l99), ratioList(l99))
+				w("| %s / %s | **%.2fx** (%s) | %.3fx | %.3fx (%s) |\n", pr[0], pr[1], stats.Median(gr), ratioList(gr), stats.Median(l50), stats.Median(l99), ratioList(l99))
 			}
 		}
 		w("\np50 / p99 latency by transaction type (ms, medians of runs):\n\n| type |")
@@ -264,7 +265,7 @@ func judge(gs []*group) string {
 				w("| %s | %s | not measured | - |\n", g.desc, target)
 				return
 			}
-			m := median(xs)
+			m := stats.Median(xs)
 			w("| %s | %s | %.3g%s | %s |\n", g.desc, target, m, unit, verdict(ok(m)))
 		}
 		for _, s := range []string{"proxy", "proxy-embedded"} {
@@ -286,7 +287,7 @@ func judge(gs []*group) string {
 		if g.skew == "uniform" {
 			row("native goodput >= 60% of none", g.ratios("native", "none", goodput), func(x float64) bool { return x >= 0.6 }, "x")
 		} else if len(g.runs["none"]) > 0 {
-			w("| %s | bound: none / redlock-1 (no locker can do better) | %.3gx | - |\n", g.desc, median(g.ratios("none", "redlock-1", goodput)))
+			w("| %s | bound: none / redlock-1 (no locker can do better) | %.3gx | - |\n", g.desc, stats.Median(g.ratios("none", "redlock-1", goodput)))
 		}
 	}
 	w("\n")

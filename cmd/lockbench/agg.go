@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // cell is the median over the runs of one configuration.
@@ -57,7 +59,7 @@ func aggregate(rs []result) map[cellID]*cell {
 				vals = append(vals, v)
 			}
 			if numeric && col.name != "run" {
-				_ = col.set(&c.med, fmtF(median(vals)))
+				_ = col.set(&c.med, fmtF(stats.Median(vals)))
 			}
 		}
 		out[id] = c

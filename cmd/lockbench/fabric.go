@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
@@ -111,5 +112,5 @@ func measureRTT(ep rdma.Endpoint, probes int) (time.Duration, error) {
 	if len(ds) == 0 {
 		return 0, errors.New("no RTT samples")
 	}
-	return medianDuration(ds), nil
+	return stats.Median(ds), nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // rttCmd measures the fabric's uncontended round trip and prints the
@@ -30,7 +32,7 @@ func rttCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		rtts = append(rtts, d)
 	}
-	rtt := medianDuration(rtts)
+	rtt := stats.Median(rtts)
 	p := resolveParams(options{lease: o.lease}, rtt)
 	fmt.Fprintf(stderr, "lockbench: %s round trip %v (medians of 5 x %d READs: %v)\n", o.fabric, rtt, probes, rtts)
 	fmt.Fprintf(stdout, "-cas-backoff %v -dslr-omega %v -dslr-backoff %v\n", p.casBackoff, p.dslrOmega, p.dslrR)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
 )
 
 // Phases of a run, in order.
@@ -85,7 +85,7 @@ func (b *bench) loop(w *worker) {
 			_ = h.RecordValue(max(lat.Nanoseconds(), 100))
 		}
 		if b.o.hold > 0 {
-			spin(b.o.hold)
+			locktest.Spin(b.o.hold)
 		}
 		if b.o.failRate > 0 && w.rnd.Float64() < b.o.failRate {
 			// A crashed client: the lock is never released.
@@ -113,19 +113,6 @@ func (b *bench) loop(w *worker) {
 func (w *worker) fail(err error) {
 	if w.errs.Add(1) == 1 {
 		w.firstErr = err
-	}
-}
-
-// spin holds the critical section as shiftlock/locktest does: yielding for
-// short holds, sleeping for long ones.
-func spin(d time.Duration) {
-	if d >= 200*time.Microsecond {
-		time.Sleep(d)
-		return
-	}
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		runtime.Gosched()
 	}
 }
 

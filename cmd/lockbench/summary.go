@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // docSection names this command's section of docs/benchmarks.md; the rest
@@ -145,7 +146,7 @@ func setupParams(rs []result, s string) string {
 	if r0.IOPSCap > 0 {
 		d += fmt.Sprintf(", memnode verbs capped at %.0f/s", r0.IOPSCap)
 	}
-	d += fmt.Sprintf("; uncontended READ round trip before each run %.1f µs (median)", median(rtts))
+	d += fmt.Sprintf("; uncontended READ round trip before each run %.1f µs (median)", stats.Median(rtts))
 	for i := range ps {
 		ps[i] = "`" + ps[i] + "`"
 	}
@@ -311,10 +312,10 @@ func renderConditions(b *strings.Builder, cells map[cellID]*cell, s string) {
 	sort.Float64s(worst)
 	memS := "-"
 	if len(mem) > 0 {
-		memS = fmt.Sprintf("%.2f", median(mem))
+		memS = fmt.Sprintf("%.2f", stats.Median(mem))
 	}
 	fmt.Fprintf(b, "\nCPU during the measured windows, in cores (medians over all runs of this setup): memnode process %s, lockbench %.2f, other processes on the machine %.2f (worst run %.2f).\n",
-		memS, median(cli), median(oth), worst[len(worst)-1])
+		memS, stats.Median(cli), stats.Median(oth), worst[len(worst)-1])
 }
 
 // renderTargets judges the issue's three targets on setup s, per round and
@@ -361,7 +362,7 @@ func renderTargets(b *strings.Builder, rs []result, cells map[cellID]*cell, s st
 			who = append(who, fmt.Sprintf("%s x%d", n, c))
 		}
 		sort.Strings(who)
-		return median(vs), vs, strings.Join(who, ", ")
+		return stats.Median(vs), vs, strings.Join(who, ", ")
 	}
 	higher := func(a, b *result) bool { return a.Goodput > b.Goodput }
 	verdict := func(ok bool) string {

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 func machine() string {
@@ -45,28 +47,28 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]
 		for _, l := range lat[i] {
 			xs = append(xs, l.p50)
 		}
-		return medianDur(xs)
+		return stats.Median(xs)
 	}
 	p99 := func(i int) time.Duration {
 		var xs []time.Duration
 		for _, l := range lat[i] {
 			xs = append(xs, l.p99)
 		}
-		return medianDur(xs)
+		return stats.Median(xs)
 	}
 	w("### 1. Uncontended SET NX PX + release script, one client\n\n")
 	w("| target | p50 | p99 |\n|---|---|---|\n")
 	for i, t := range targets {
 		w("| %s | %s | %s |\n", t.name, ms(p50(i)), ms(p99(i)))
 	}
-	w("\nProxy/Redis p50 ratio: **%.2fx** (runs: %s). Target at most 1.2x: %s.\n\n", median(latR), fmtList(latR), verdict(median(latR) <= 1.2))
+	w("\nProxy/Redis p50 ratio: **%.2fx** (runs: %s). Target at most 1.2x: %s.\n\n", stats.Median(latR), fmtList(latR), verdict(stats.Median(latR) <= 1.2))
 
 	w("### 2. %d clients on distinct keys\n\n", clients)
 	w("| target | cycles/s |\n|---|---|\n")
 	for i, t := range targets {
-		w("| %s | %.0f |\n", t.name, median(thr[i]))
+		w("| %s | %.0f |\n", t.name, stats.Median(thr[i]))
 	}
-	w("\nProxy/Redis throughput ratio: **%.2fx** (runs: %s). Target at least 1.0x: %s.\n\n", median(thrR), fmtList(thrR), verdict(median(thrR) >= 1.0))
+	w("\nProxy/Redis throughput ratio: **%.2fx** (runs: %s). Target at least 1.0x: %s.\n\n", stats.Median(thrR), fmtList(thrR), verdict(stats.Median(thrR) >= 1.0))
 
 	w("### 3. %d clients on one hot key, redsync v4 defaults, holding %v\n\n", clients, hold)
 	w("| target | acquisitions/s | time to acquire p50 | p99 | max | failed Lock calls | per-client acquisitions min / median / max | max/min | Unlock to next Lock returning, p50 |\n|---|---|---|---|---|---|---|---|---|\n")
@@ -88,12 +90,12 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]
 				fair = append(fair, 1e9)
 			}
 		}
-		fr := fmt.Sprintf("%.2f", median(fair))
-		if median(fair) >= 1e9 {
+		fr := fmt.Sprintf("%.2f", stats.Median(fair))
+		if stats.Median(fair) >= 1e9 {
 			fr = "∞ (a client starved)"
 		}
-		w("| %s | %.0f | %s | %s | %s | %.0f | %.0f / %.0f / %.0f | %s | %s |\n", t.name, median(rate), ms(medianDur(p50s)), ms(medianDur(p99s)), ms(medianDur(maxs)),
-			median(fails), median(mins), median(meds), median(maxc), fr, ms(medianDur(gaps)))
+		w("| %s | %.0f | %s | %s | %s | %.0f | %.0f / %.0f / %.0f | %s | %s |\n", t.name, stats.Median(rate), ms(stats.Median(p50s)), ms(stats.Median(p99s)), ms(stats.Median(maxs)),
+			stats.Median(fails), stats.Median(mins), stats.Median(meds), stats.Median(maxc), fr, ms(stats.Median(gaps)))
 	}
 	var fairProxy []float64
 	for _, h := range hk[1] {
@@ -107,11 +109,11 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]
 	for _, h := range hk[1] {
 		held, gap = append(held, h.held), append(gap, h.gap)
 	}
-	hd, gp := medianDur(held), medianDur(gap)
+	hd, gp := stats.Median(held), stats.Median(gap)
 	w("\nOn the proxy a handover is serial: one cycle is the real hold (%s median for a %v sleep here) plus Unlock-to-next-Lock (%s), a ceiling of %.0f acquisitions/s. Unlock-to-next-Lock covers the release's trip to the proxy, the handover and the grant's trip back to the next client, including wake-ups in both processes.\n", ms(hd), hold, ms(gp), float64(time.Second)/float64(hd+gp))
-	w("\nProxy/Redis acquisitions/s: **%.2fx** (runs: %s); target at least 1.2x: %s.  \n", median(rateR), fmtList(rateR), verdict(median(rateR) >= 1.2))
-	w("Proxy/Redis max time to acquire: **%.3fx** (runs: %s); target at most 0.1x: %s.  \n", median(maxR), fmtList(maxR), verdict(median(maxR) <= 0.1))
-	w("Proxy per-client max/min: **%.2f**; target at most 1.5: %s.\n", median(fairProxy), verdict(median(fairProxy) <= 1.5))
+	w("\nProxy/Redis acquisitions/s: **%.2fx** (runs: %s); target at least 1.2x: %s.  \n", stats.Median(rateR), fmtList(rateR), verdict(stats.Median(rateR) >= 1.2))
+	w("Proxy/Redis max time to acquire: **%.3fx** (runs: %s); target at most 0.1x: %s.  \n", stats.Median(maxR), fmtList(maxR), verdict(stats.Median(maxR) <= 0.1))
+	w("Proxy per-client max/min: **%.2f**; target at most 1.5: %s.\n", stats.Median(fairProxy), verdict(stats.Median(fairProxy) <= 1.5))
 	return b.String()
 }
 

@@ -98,7 +98,7 @@ func Run(ctx context.Context, w Workload, chk *Checker) (Result, error) {
 				}
 				chk.Enter(entry, mode == shiftlock.Shared, g.Token(), ticket)
 				if w.Hold > 0 {
-					spin(w.Hold)
+					Spin(w.Hold)
 				} else {
 					runtime.Gosched()
 				}
@@ -120,9 +120,9 @@ func Run(ctx context.Context, w Workload, chk *Checker) (Result, error) {
 	return res, nil
 }
 
-// spin holds the critical section without giving the processor away for
-// short holds, as the paper's clients spin; longer holds sleep.
-func spin(d time.Duration) {
+// Spin holds a critical section for d without giving the processor away
+// for short holds, as the paper's clients spin; longer holds sleep.
+func Spin(d time.Duration) {
 	if d >= 200*time.Microsecond {
 		time.Sleep(d)
 		return
