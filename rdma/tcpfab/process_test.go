@@ -1,118 +1,42 @@
 package tcpfab
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
 // These tests run the real cmd/memnode binary as a separate process.
 
-func buildMemnode(t *testing.T) string {
+// memnodeProc is the real cmd/memnode binary, started on loopback port 0
+// with a metrics endpoint.
+type memnodeProc struct {
+	*testproc.Proc
+	metrics string // the /metrics address it printed
+}
+
+func startMemnode(t *testing.T, args ...string) *memnodeProc {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the memnode binary")
 	}
-	bin := filepath.Join(t.TempDir(), "memnode")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/shiftlock/shiftlock-proxy/cmd/memnode").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build cmd/memnode: %v\n%s", err, out)
-	}
-	return bin
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type memnodeProc struct {
-	cmd     *exec.Cmd
-	addr    string
-	metrics string
-	stderr  *syncBuffer
-	exited  chan error
-}
-
-// startMemnode starts the binary on loopback port 0 and learns its
-// addresses from what it prints.
-func startMemnode(t *testing.T, bin string, args ...string) *memnodeProc {
-	t.Helper()
 	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-entries", "4096"}, args...)
-	p := &memnodeProc{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd.Stderr = p.stderr
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	p := testproc.Start(t, "memnode", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	// "metrics on" comes before "memnode listening on", so it is already in
+	// the output once the process is ready.
+	m := regexp.MustCompile(`(?m)^metrics on (\S+)$`).FindStringSubmatch(p.Output())
+	if m == nil {
+		t.Fatalf("memnode did not print its metrics address:\n%s", p.Output())
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		_, _ = io.Copy(io.Discard, out)
-		p.exited <- p.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		for range lines {
-		}
-		if t.Failed() {
-			t.Logf("memnode stderr:\n%s", p.stderr.String())
-		}
-	})
-	timeout := time.After(20 * time.Second)
-	for p.addr == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("memnode exited before listening; stderr:\n%s", p.stderr.String())
-			}
-			if a, ok := strings.CutPrefix(l, "memnode listening on "); ok {
-				p.addr = a
-			}
-			if a, ok := strings.CutPrefix(l, "metrics on "); ok {
-				p.metrics = a
-			}
-		case <-timeout:
-			t.Fatal("memnode did not print its address")
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	return p
+	return &memnodeProc{Proc: p, metrics: m[1]}
 }
 
 // metric scrapes /metrics and returns the value of the sample whose line
@@ -141,11 +65,10 @@ func (p *memnodeProc) metric(t *testing.T, name string) float64 {
 // binary; a silent third is fenced; kill -9 makes the next verb on each node
 // fail at once, while their direct Sends keep working.
 func TestMemnodeProcess(t *testing.T) {
-	bin := buildMemnode(t)
-	p := startMemnode(t, bin, "-heartbeat", "50ms", "-dead-after", "1s")
+	p := startMemnode(t, "-heartbeat", "50ms", "-dead-after", "1s")
 	ctx := testCtx(t)
-	a, b := dial(t, p.addr, "a"), dial(t, p.addr, "b")
-	silent := dial(t, p.addr, "silent")
+	a, b := dial(t, p.Addr, "a"), dial(t, p.Addr, "b")
+	silent := dial(t, p.Addr, "silent")
 	for _, ep := range []rdma.Endpoint{a, b} {
 		hb := rdma.StartHeartbeat(ep, func() time.Duration { return 0 }, nil)
 		t.Cleanup(hb.Stop)
@@ -252,10 +175,7 @@ func TestMemnodeProcess(t *testing.T) {
 
 	// kill -9: the next verb on each node fails with ErrUnreachable instead
 	// of hanging (ctx allows 20s; the endpoints' own timeout is 10s).
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.exited
+	p.Kill()
 	for _, ep := range []rdma.Endpoint{a, b} {
 		start := time.Now()
 		_, err := ep.FAA(ctx, l.EntryAddr(7), 1)
@@ -271,23 +191,14 @@ func TestMemnodeProcess(t *testing.T) {
 // TestMemnodeSIGTERM: the binary shuts down gracefully, exits 0, and its
 // members' verbs fail with ErrUnreachable.
 func TestMemnodeSIGTERM(t *testing.T) {
-	bin := buildMemnode(t)
-	p := startMemnode(t, bin, "-log-level", "debug")
-	a := dial(t, p.addr, "a")
+	p := startMemnode(t, "-log-level", "debug")
+	a := dial(t, p.Addr, "a")
 	mustFAA(t, a, 1, 0)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	if err := p.Stop(20 * time.Second); err != nil {
+		t.Fatalf("memnode exit after SIGTERM: %v\n%s", err, p.Output())
 	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("memnode exit after SIGTERM: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("memnode did not exit after SIGTERM")
-	}
-	if !strings.Contains(p.stderr.String(), "shutting down") {
-		t.Fatalf("no shutdown log:\n%s", p.stderr.String())
+	if !strings.Contains(p.Output(), "shutting down") {
+		t.Fatalf("no shutdown log:\n%s", p.Output())
 	}
 	if _, err := a.FAA(testCtx(t), a.Layout().EntryAddr(1), 1); !errors.Is(err, rdma.ErrUnreachable) {
 		t.Fatalf("verb after the memnode stopped: %v", err)
