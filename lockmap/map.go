@@ -545,7 +545,7 @@ func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint6
 // tag to be confirmed. Confirmation is one round trip after the grant, so a
 // couple of milliseconds covers a loaded host without making a failed
 // SET NX noticeably slower.
-const tagGrace = 2 * time.Millisecond
+var tagGrace = 2 * time.Millisecond // a variable for tests only
 
 // awaitTag polls entry's owner word for up to tagGrace while it may still
 // become confirmed(tag): it stops early once another owner is installed or

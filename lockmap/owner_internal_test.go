@@ -56,3 +56,62 @@ func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
 	}
 	g.Release(ctx)
 }
+
+// TestTryOnlyWaitsForAFreshHoldersTag: a try-only acquire (no wait budget)
+// of the same key and token through a second proxy can arrive before the
+// holder's proxy has confirmed its tag. It gives an unconfirmed holder the
+// grace to confirm, and answers at once when another confirmed tag holds.
+func TestTryOnlyWaitsForAFreshHoldersTag(t *testing.T) {
+	defer func(g time.Duration) { tagGrace = g }(tagGrace)
+	tagGrace = 10 * time.Second // the test's writer must land inside it on any host
+	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+	defer host.Close()
+	fab := memfab.New(host)
+	epA, _ := fab.Join("a")
+	epB, _ := fab.Join("b")
+	a := shiftlock.NewClient(epA, shiftlock.Config{OwnerTags: true})
+	b := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(epB, shiftlock.Config{OwnerTags: true})}}, Config{})
+	defer b.Close()
+	ctx := context.Background()
+	_, entry := b.Where("k")
+	g, err := a.AcquireExclusive(ctx, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release(ctx)
+	setOwner := func(w uint64) {
+		var buf [8]byte
+		binary.LittleEndian.PutUint64(buf[:], w)
+		if err := epA.Write(ctx, epA.Layout().OwnerAddr(entry), buf[:]); err != nil {
+			t.Error(err)
+		}
+	}
+	try := func(token string) bool {
+		_, ok, err := b.Acquire(ctx, []string{"k"}, token, AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	// Another key's confirmed holder: refused without waiting for anything.
+	setOwner(confirmed(ownerTag("k", "someone-else")))
+	start := time.Now()
+	if try("tok") {
+		t.Fatal("a different confirmed tag gave a shadow")
+	}
+	if time.Since(start) >= tagGrace {
+		t.Fatal("a refusal against a confirmed holder waited out the grace")
+	}
+
+	// The holder is ours but not yet confirmed: the confirmation lands
+	// while the try waits, and the try answers as a shadow.
+	setOwner(0)
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		setOwner(confirmed(ownerTag("k", "tok")))
+	}()
+	if !try("tok") {
+		t.Fatal("the try-only acquire missed a confirmation that landed within its grace")
+	}
+}

@@ -271,3 +271,40 @@ func TestCheckerCatchesBrokenVariant(t *testing.T) {
 		t.Fatal("the broken variant went unnoticed: the checker cannot fail")
 	}
 }
+
+// TestAbandoningCoversTheBackgroundPass: a writer whose caller gave up
+// stays queued (it cannot leave), takes the lock when its turn comes and
+// releases it. Abandoning reports it for exactly that span, so that an
+// observer can tell such a pass from a real holder.
+func TestAbandoningCoversTheBackgroundPass(t *testing.T) {
+	cl := newCluster(t, 2, 16, shiftlock.Config{})
+	a, b := cl.clients[0], cl.clients[1]
+	ctx := ctxT(t)
+	g, err := a.AcquireExclusive(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Abandoning(4) {
+		t.Fatal("Abandoning before any wait")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, err = b.AcquireExclusive(wctx, 4)
+	cancel()
+	if err == nil {
+		t.Fatal("acquired a held entry")
+	}
+	if !b.Abandoning(4) || b.Abandoning(5) {
+		t.Fatal("the given-up wait is not reported on its entry alone")
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); b.Abandoning(4); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned wait never passed the lock on")
+		}
+	}
+	if e, err := b.Read(ctx, 4); err != nil || !e.Free() {
+		t.Fatalf("entry after the background pass: %v %v", e, err)
+	}
+}
