@@ -116,6 +116,32 @@ func (w *worker) fail(err error) {
 	}
 }
 
+// edge reads the endpoints' counters together with the number of cycles
+// completed so far. A cycle that completes while the counters are being
+// read (or while this goroutine is descheduled, which on a loaded host can
+// span many cycles) would put its verbs on one side and itself on the
+// other, so the read is retried until the cycle count did not move across
+// it. Under heavy load with many clients the count may never hold still;
+// the last try is then used, as good as a single read.
+func edge(eps []rdma.Endpoint, ws []*worker) (rdma.Snapshot, uint64) {
+	completed := func() (n uint64) {
+		for _, w := range ws {
+			n += w.all.Load()
+		}
+		return n
+	}
+	var s rdma.Snapshot
+	var n uint64
+	for range 100 {
+		n = completed()
+		s = snapshot(eps)
+		if completed() == n {
+			break
+		}
+	}
+	return s, n
+}
+
 func snapshot(eps []rdma.Endpoint) rdma.Snapshot {
 	var s rdma.Snapshot
 	for _, ep := range eps {
@@ -172,16 +198,18 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	stopProgress := startProgress(o, b, ws, cl, stderr)
 
 	time.Sleep(o.warmup)
-	// The counters are read right next to the phase changes: a cycle is
-	// measured if it completes inside the window, so only the cycles in
-	// flight at either edge (at most one per client) blur verbs per cycle.
+	// Goodput and latency count the cycles that complete inside the
+	// window. Verbs per cycle divide the verbs between two counter
+	// snapshots by the cycles completed between the same two snapshots
+	// (see edge), so only the cycles in flight at either edge, at most one
+	// per client, blur it.
 	cpu0, mcpu0, busy0 := selfCPU(), memnodeCPU(cl), machineBusy()
-	before := snapshot(cl.eps)
+	before, cycles0 := edge(cl.eps, ws)
 	b.phase.Store(phaseMeasure)
 	t0 := time.Now()
 	time.Sleep(o.duration)
 	b.phase.Store(phaseStop)
-	after := snapshot(cl.eps)
+	after, cycles1 := edge(cl.eps, ws)
 	elapsed := time.Since(t0)
 	cpu1, mcpu1, busy1 := selfCPU(), memnodeCPU(cl), machineBusy()
 	stopProgress()
@@ -223,8 +251,8 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	r.RP50, r.RP99, r.RP999 = percentiles(rh)
 	r.WP50, r.WP99, r.WP999 = percentiles(wh)
 	d := after.Sub(before)
-	if r.Cycles > 0 {
-		n := float64(r.Cycles)
+	if cycles1 > cycles0 {
+		n := float64(cycles1 - cycles0)
 		r.Atomics = float64(d.OutAtomics()) / n
 		r.Reads = float64(d.Out[rdma.VerbRead]) / n
 		r.Writes = float64(d.Out[rdma.VerbWrite]) / n
