@@ -12,7 +12,10 @@ import (
 )
 
 func TestHeartbeatKeepsAliveAndSilenceFences(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 80 * time.Millisecond})
+	// A 2 s death deadline against 20 ms beats: only a scheduling stall of
+	// two seconds could fence the beating node. The silent one is waited
+	// for, not slept for.
+	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
 	t.Cleanup(host.Close)
 	f := memfab.New(host)
 	a, _ := f.Join("a")
@@ -20,7 +23,11 @@ func TestHeartbeatKeepsAliveAndSilenceFences(t *testing.T) {
 	fenced := make(chan error, 1)
 	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, func(err error) { fenced <- err })
 	defer hb.Stop()
-	time.Sleep(300 * time.Millisecond)
+	for end := time.Now().Add(30 * time.Second); host.Admit(b.Node()) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("silent node still admitted after 30s")
+		}
+	}
 	// a beats, b is silent.
 	if err := host.Admit(a.Node()); err != nil {
 		t.Fatalf("beating node was fenced: %v", err)
@@ -47,7 +54,12 @@ func TestHeartbeatLearnsItWasFenced(t *testing.T) {
 	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond})
 	t.Cleanup(host.Close)
 	a, _ := memfab.New(host).Join("a")
-	time.Sleep(150 * time.Millisecond) // declared dead before it ever beats
+	// Declared dead before it ever beats.
+	for end := time.Now().Add(30 * time.Second); host.Admit(a.Node()) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("silent node still admitted after 30s")
+		}
+	}
 	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, nil)
 	defer hb.Stop()
 	err := hb.Push(context.Background(), time.Second)

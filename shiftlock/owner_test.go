@@ -113,7 +113,7 @@ func TestTaggedHandoverIsOneRoundTrip(t *testing.T) {
 		}
 		got <- g2
 	}()
-	time.Sleep(30 * time.Millisecond)
+	awaitSuccessor(t, g)
 	before := a.Endpoint().Counters().Snapshot()
 	g.Release(ctx)
 	g2 := <-got

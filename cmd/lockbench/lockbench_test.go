@@ -125,15 +125,24 @@ func TestLimiterBudget(t *testing.T) {
 	l.take(3)
 	done := make(chan struct{})
 	go func() { l.take(1); close(done) }()
+	queued := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.queue) - l.head
+	}
+	// Wait for the verb to queue rather than sleeping: a loaded host may
+	// start the goroutine late.
+	for end := time.Now().Add(30 * time.Second); queued() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the verb never queued")
+		}
+	}
 	select {
 	case <-done:
 		t.Fatal("a verb went past an empty budget")
 	case <-time.After(50 * time.Millisecond):
 	}
-	l.mu.Lock()
-	queued := len(l.queue) - l.head
-	l.mu.Unlock()
-	if queued != 1 {
-		t.Fatalf("%d verbs queued, want 1", queued)
+	if n := queued(); n != 1 {
+		t.Fatalf("%d verbs queued, want 1", n)
 	}
 }

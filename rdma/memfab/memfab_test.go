@@ -3,6 +3,7 @@ package memfab_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
@@ -11,7 +12,9 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 1 << 14})
+	// The endpoints never beat: a death deadline of the default second would
+	// fence them mid-suite on a loaded host (-race, 48 goroutines on one entry).
+	host := memnode.New(memnode.Config{Entries: 1 << 14, DeadAfter: time.Hour})
 	t.Cleanup(host.Close)
 	f := memfab.New(host)
 	fabrictest.Run(t, func(t *testing.T, name string) rdma.Endpoint {
