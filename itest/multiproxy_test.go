@@ -38,7 +38,9 @@ func (l *respLocker) Acquire(ctx context.Context, entry uint64, m shiftlock.Mode
 	if m == shiftlock.Shared {
 		args = append(args, "SHARED")
 	}
-	args = append(args, "PX", 30000, "WAIT", 20000)
+	// A wait budget below go-redis's 3 s read timeout: a longer wait would
+	// end as a client-side i/o timeout instead of the nil the loop retries.
+	args = append(args, "PX", 30000, "WAIT", 2000)
 	for {
 		fence, err := l.c.Do(ctx, args...).Int64()
 		if err == redis.Nil {

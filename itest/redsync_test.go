@@ -79,16 +79,16 @@ func TestRedsyncSinglePool(t *testing.T) {
 
 	// Expiry: a lock that is never unlocked is released when its TTL runs
 	// out, and the next client gets it.
+	start := time.Now() // before the TTL starts: an early grant shows whatever the load
 	lost := rs.NewMutex("ttl", redsync.WithExpiry(300*time.Millisecond))
 	if err := lost.LockContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	next := rs.NewMutex("ttl", redsync.WithExpiry(time.Second), redsync.WithTries(64))
 	if err := next.LockContext(ctx); err != nil {
 		t.Fatalf("after expiry: %v", err)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond {
+	if d := time.Since(start); d < 290*time.Millisecond {
 		t.Fatalf("acquired %v after the first lock, before its TTL", d)
 	}
 	if lost.Until().After(time.Now()) {

@@ -223,8 +223,8 @@ func (c *checker) nativeOnly(steps func()) {
 }
 
 // sameAsExpected compares a real Redis reply with a scenario's expectation:
-// remaining TTLs may be off by the time the test took, and Redis decorates
-// script errors with the script's location.
+// remaining TTLs may be off by the time the test took (up to 1.5 s, for a
+// loaded host), and Redis decorates script errors with the script's location.
 func sameAsExpected(got, want Reply) bool {
 	switch {
 	case want.Kind == ReplyError:
@@ -236,7 +236,7 @@ func sameAsExpected(got, want Reply) bool {
 	case got.Kind != want.Kind || got.Str != want.Str || len(got.Array) != len(want.Array):
 		return false
 	case got.Kind == ReplyInt && want.Int > 100:
-		return got.Int <= want.Int && got.Int > want.Int-500
+		return got.Int <= want.Int && got.Int > want.Int-1500
 	}
 	for i := range got.Array {
 		if !sameAsExpected(got.Array[i], want.Array[i]) {

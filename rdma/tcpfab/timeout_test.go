@@ -145,10 +145,14 @@ func TestStalledMemoryNode(t *testing.T) {
 			t.Fatalf("verb %d with a 30ms deadline: %v", i, err)
 		}
 	}
+	// A cancelled verb ends with the cancellation. Its own endpoint has a
+	// long default timeout, so that a host stalled past 150 ms between the
+	// post and the cancel cannot turn it into a timeout instead.
+	patient := dialCfg(t, s.addr, Config{Name: "b", Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		_, err := ep.FAA(ctx, addr, 1)
+		_, err := patient.FAA(ctx, addr, 1)
 		done <- err
 	}()
 	time.Sleep(20 * time.Millisecond)

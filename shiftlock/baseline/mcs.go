@@ -129,12 +129,20 @@ func (m *MCS) send(ctx context.Context, to mcsWaiter, kind uint8, entry uint64, 
 	p[0] = kind
 	binary.LittleEndian.PutUint32(p[4:], u32)
 	binary.LittleEndian.PutUint64(p[8:], entry)
+	// Counted once delivered, so that a count seen means the message is
+	// there for its receiver.
 	if to.node == m.ep.Node() {
-		m.stats.LocalSends.Add(1)
-		return m.inbox.Deliver(rdma.Message{From: to.node, To: to.target, Payload: p})
+		err := m.inbox.Deliver(rdma.Message{From: to.node, To: to.target, Payload: p})
+		if err == nil {
+			m.stats.LocalSends.Add(1)
+		}
+		return err
 	}
-	m.stats.RemoteSends.Add(1)
-	return m.ep.Send(ctx, to.node, to.target, p)
+	err := m.ep.Send(ctx, to.node, to.target, p)
+	if err == nil {
+		m.stats.RemoteSends.Add(1)
+	}
+	return err
 }
 
 type mcsGrant struct {
