@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -76,33 +75,14 @@ func startMemnode(o options, recovery bool) (*proc, error) {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", o.memnodeProcs))
 	}
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	addr, err := procutil.StartReady(cmd, memnodeReady, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "memnode listening on "); ok {
-				found <- strings.TrimSpace(a)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	p := &proc{cmd: cmd}
-	select {
-	case p.addr = <-found:
-		return p, nil
-	case <-time.After(30 * time.Second):
-		p.stop()
-		return nil, fmt.Errorf("%s did not report its address", bin)
-	}
+	return &proc{cmd: cmd, addr: addr}, nil
 }
+
+var memnodeReady = regexp.MustCompile(`memnode listening on (\S+)`)
 
 // stop asks the memnode to exit and kills it if it does not.
 func (p *proc) stop() { procutil.Stop(p.cmd, os.Interrupt, 5*time.Second) }

@@ -17,7 +17,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -124,36 +123,14 @@ func (p *proc) stop() { procutil.Stop(p.cmd, syscall.SIGTERM, 5*time.Second) }
 
 func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
-	out, err := cmd.StdoutPipe()
+	a, err := procutil.StartReady(cmd, ready, 20*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = nil
-	if err := cmd.Start(); err != nil {
-		return nil, err
+	if fixedAddr != "" {
+		a = fixedAddr
 	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[len(m)-1]:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case a := <-found:
-		if fixedAddr != "" {
-			a = fixedAddr
-		}
-		return &proc{cmd: cmd, addr: a}, nil
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s did not start", bin)
-	}
+	return &proc{cmd: cmd, addr: a}, nil
 }
 
 func startProxy(bin string, extra []string) (*proc, error) {

@@ -1,9 +1,10 @@
 // Package procutil is the process plumbing the project's commands share:
-// the JSON logger, the /metrics endpoint, a CPU profile switch, and a
-// graceful stop of a child process.
+// the JSON logger, the /metrics endpoint, a CPU profile switch, and the
+// start and graceful stop of a child process.
 package procutil
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime/pprof"
 	"time"
 
@@ -108,5 +110,39 @@ func Stop(cmd *exec.Cmd, sig os.Signal, grace time.Duration) {
 	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-done
+	}
+}
+
+// StartReady starts cmd and waits up to timeout for a line of its stdout
+// that ready matches, and returns the match's last group: by convention the
+// address a server prints once it listens ("memnode listening on ADDR").
+// The rest of stdout is drained, so the child never blocks on a full pipe.
+// If no such line comes, the child is killed.
+func StartReady(cmd *exec.Cmd, ready *regexp.Regexp, timeout time.Duration) (string, error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[len(m)-1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case s := <-found:
+		return s, nil
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return "", fmt.Errorf("%s did not print a line matching %q within %v", cmd.Path, ready, timeout)
 	}
 }

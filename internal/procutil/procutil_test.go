@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,11 +30,11 @@ func TestStopSignalsThenKills(t *testing.T) {
 		t.Fatalf("child ended with %v, want SIGTERM", polite.ProcessState)
 	}
 
-	stubborn := exec.Command("sh", "-c", `trap "" TERM; sleep 30`)
-	if err := stubborn.Start(); err != nil {
+	// It says when the trap is set: a signal before that would end it.
+	stubborn := exec.Command("sh", "-c", `trap "" TERM; echo trapped; sleep 30`)
+	if _, err := StartReady(stubborn, regexp.MustCompile(`(trapped)`), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the trap be set
 	Stop(stubborn, syscall.SIGTERM, 300*time.Millisecond)
 	if ws := stubborn.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("stubborn child ended with %v, want SIGKILL after the grace", stubborn.ProcessState)
@@ -99,5 +100,28 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := NewLogger("loud", &b); err == nil {
 		t.Fatal("an unknown level must be an error")
+	}
+}
+
+// TestStartReady: the address comes from the first matching line, and a
+// child that never prints one is killed once the timeout has passed.
+func TestStartReady(t *testing.T) {
+	srv := exec.Command("sh", "-c", `echo starting; echo "srv listening on 127.0.0.1:7"; echo "srv listening on 10.0.0.1:9"; sleep 30`)
+	addr, err := StartReady(srv, regexp.MustCompile(`srv listening on (\S+)`), 30*time.Second)
+	if err != nil || addr != "127.0.0.1:7" {
+		t.Fatalf("StartReady = %q, %v; want 127.0.0.1:7", addr, err)
+	}
+	Stop(srv, syscall.SIGKILL, time.Second)
+
+	mute := exec.Command("sleep", "30")
+	start := time.Now()
+	if _, err := StartReady(mute, regexp.MustCompile(`listening on (\S+)`), 200*time.Millisecond); err == nil {
+		t.Fatal("a child that never printed its address was reported ready")
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("gave up after %v", took)
+	}
+	if mute.ProcessState == nil {
+		t.Fatal("the silent child was left running")
 	}
 }
