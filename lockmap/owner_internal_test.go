@@ -16,15 +16,27 @@ import (
 // make another proxy answer as if it held the key. A tag ShiftLock installed
 // as the lock reached a waiter whose client had already been told "no"
 // (an abandoned wait) must not.
-func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
+// heldElsewhere is key "k" held exclusively through a bare ShiftLock client
+// (proxy a), seen from the map of proxy b; the test writes a's owner word
+// itself.
+type heldElsewhere struct {
+	b *Map
+	g *shiftlock.Guard
+	// setOwner writes the holder's owner word; it reports errors with
+	// t.Error, so that a goroutine may call it.
+	setOwner func(uint64)
+}
+
+func holdElsewhere(t *testing.T) heldElsewhere {
+	t.Helper()
 	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
-	defer host.Close()
+	t.Cleanup(host.Close)
 	fab := memfab.New(host)
 	epA, _ := fab.Join("a")
 	epB, _ := fab.Join("b")
 	a := shiftlock.NewClient(epA, shiftlock.Config{OwnerTags: true})
 	b := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(epB, shiftlock.Config{OwnerTags: true})}}, Config{})
-	defer b.Close()
+	t.Cleanup(b.Close)
 	ctx := context.Background()
 	_, entry := b.Where("k")
 	g, err := a.AcquireExclusive(ctx, entry)
@@ -35,9 +47,15 @@ func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
 		var buf [8]byte
 		binary.LittleEndian.PutUint64(buf[:], w)
 		if err := epA.Write(ctx, epA.Layout().OwnerAddr(entry), buf[:]); err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
 	}
+	return heldElsewhere{b: b, g: g, setOwner: setOwner}
+}
+
+func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
+	h := holdElsewhere(t)
+	b, g, setOwner, ctx := h.b, h.g, h.setOwner, context.Background()
 	tag := ownerTag("k", "tok")
 	setOwner(tag) // installed, not confirmed
 	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "tok", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}); ok {
@@ -64,28 +82,9 @@ func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
 func TestTryOnlyWaitsForAFreshHoldersTag(t *testing.T) {
 	defer func(g time.Duration) { tagGrace = g }(tagGrace)
 	tagGrace = 10 * time.Second // the test's writer must land inside it on any host
-	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
-	defer host.Close()
-	fab := memfab.New(host)
-	epA, _ := fab.Join("a")
-	epB, _ := fab.Join("b")
-	a := shiftlock.NewClient(epA, shiftlock.Config{OwnerTags: true})
-	b := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(epB, shiftlock.Config{OwnerTags: true})}}, Config{})
-	defer b.Close()
-	ctx := context.Background()
-	_, entry := b.Where("k")
-	g, err := a.AcquireExclusive(ctx, entry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Release(ctx)
-	setOwner := func(w uint64) {
-		var buf [8]byte
-		binary.LittleEndian.PutUint64(buf[:], w)
-		if err := epA.Write(ctx, epA.Layout().OwnerAddr(entry), buf[:]); err != nil {
-			t.Error(err)
-		}
-	}
+	h := holdElsewhere(t)
+	b, setOwner, ctx := h.b, h.setOwner, context.Background()
+	defer h.g.Release(ctx)
 	try := func(token string) bool {
 		_, ok, err := b.Acquire(ctx, []string{"k"}, token, AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute})
 		if err != nil {
