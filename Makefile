@@ -62,7 +62,7 @@ chaos:
 # The proxy (embedded memory node) against a real redis-server, same run.
 bench-proxy: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/proxybench
-	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 3 -doc docs/benchmarks.md
+	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks.md
 
 # The lock microbenchmark tool alone (`build` builds it too).
 .PHONY: lockbench bench-micro

@@ -9,6 +9,9 @@
 //     holding the lock briefly: acquisitions per second, time to acquire
 //     (p50, p99, max), failures, and fairness (acquisitions per client).
 //
+// Workload 2 also runs on a null server (nullserver.go): the proxy's RESP
+// front end answering without locking, the ceiling of the proxy's ratio.
+//
 // Targets are run alternately, several times, and the report gives medians
 // and same-run ratios. With -doc it rewrites its section of
 // docs/benchmarks.md.
@@ -43,7 +46,11 @@ func main() {
 	doc := flag.String("doc", "", "rewrite the proxy section of this Markdown file")
 	proxyArgs := flag.String("proxy-args", "", "extra proxy flags, space-separated (e.g. -cpuprofile /tmp/p.out)")
 	hotOnly := flag.Bool("hot-only", false, "run only the hot-key workload and print its runs (no report)")
+	nullAddr := flag.String("serve-null", "", "serve as the null server on this address (used by proxybench itself)")
 	flag.Parse()
+	if *nullAddr != "" {
+		fail(serveNull(*nullAddr))
+	}
 
 	ctx := context.Background()
 	redis, err := startRedis(*redisBin)
@@ -56,10 +63,16 @@ func main() {
 		fail(err)
 	}
 	defer proxy.stop()
+	null, err := startNull()
+	if err != nil {
+		fail(err)
+	}
+	defer null.stop()
 	targets := []target{{"redis", redis.addr}, {"proxy", proxy.addr}}
 
 	var lat [2][]latencyResult
 	var thr [2][]float64
+	var nullThr []float64
 	var hk [2][]hotResult
 	for r := 0; r < *runs; r++ {
 		for i, t := range targets {
@@ -92,11 +105,21 @@ func main() {
 			hk[i] = append(hk[i], h)
 			fmt.Fprintf(os.Stderr, " %.0f acq/s, max %v\n", h.rate, h.max)
 		}
+		if *hotOnly {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "run %d/%d null server: throughput...", r+1, *runs)
+		th, err := throughput(ctx, null.addr, *clients, *tput)
+		if err != nil {
+			fail(err)
+		}
+		nullThr = append(nullThr, th)
+		fmt.Fprintf(os.Stderr, " %.0f/s\n", th)
 	}
 	if *hotOnly {
 		return
 	}
-	report := render(targets, lat, thr, hk, *runs, *clients, *hold, redisVersion(*redisBin))
+	report := render(targets, lat, thr, nullThr, hk, *runs, *clients, *hold, redisVersion(*redisBin))
 	fmt.Println(report)
 	if *doc != "" {
 		if err := docsection.Replace(*doc, "Benchmarks", "proxy", report); err != nil {

@@ -27,7 +27,7 @@ func verdict(ok bool) string {
 	return "**missed**"
 }
 
-func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]hotResult, runs, clients int, hold time.Duration, redisVer string) string {
+func render(targets []target, lat [2][]latencyResult, thr [2][]float64, nullThr []float64, hk [2][]hotResult, runs, clients int, hold time.Duration, redisVer string) string {
 	var b strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	w("## Proxy vs Redis (`make bench-proxy`)\n\n")
@@ -35,10 +35,12 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]
 	w("each workload runs on both, alternately, %d times. Figures are medians of the runs; ratios are taken run by run (same run, same machine state) and the median ratio is shown.\n\n", runs)
 
 	// Per-run ratios.
-	var latR, thrR, rateR, maxR []float64
+	var latR, thrR, nullR, lockR, rateR, maxR []float64
 	for r := 0; r < runs; r++ {
 		latR = append(latR, float64(lat[1][r].p50)/float64(lat[0][r].p50))
 		thrR = append(thrR, thr[1][r]/thr[0][r])
+		nullR = append(nullR, nullThr[r]/thr[0][r])
+		lockR = append(lockR, thr[1][r]/nullThr[r])
 		rateR = append(rateR, hk[1][r].rate/hk[0][r].rate)
 		maxR = append(maxR, float64(hk[1][r].max)/float64(hk[0][r].max))
 	}
@@ -68,7 +70,10 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, hk [2][]
 	for i, t := range targets {
 		w("| %s | %.0f |\n", t.name, stats.Median(thr[i]))
 	}
-	w("\nProxy/Redis throughput ratio: **%.2fx** (runs: %s). Target at least 1.0x: %s.\n\n", stats.Median(thrR), fmtList(thrR), verdict(stats.Median(thrR) >= 1.0))
+	w("| null server (the proxy's RESP front end, no locking) | %.0f |\n", stats.Median(nullThr))
+	w("\nProxy/Redis throughput ratio: **%.2fx** (runs: %s). Target at least 1.0x: %s.  \n", stats.Median(thrR), fmtList(thrR), verdict(stats.Median(thrR) >= 1.0))
+	w("Null server/Redis, the ceiling of that ratio: %.2fx (runs: %s); proxy/null server, what the lock work keeps of it: %.2fx (runs: %s).\n\n",
+		stats.Median(nullR), fmtList(nullR), stats.Median(lockR), fmtList(lockR))
 
 	w("### 3. %d clients on one hot key, redsync v4 defaults, holding %v\n\n", clients, hold)
 	w("| target | acquisitions/s | time to acquire p50 | p99 | max | failed Lock calls | per-client acquisitions min / median / max | max/min | Unlock to next Lock returning, p50 |\n|---|---|---|---|---|---|---|---|---|\n")
