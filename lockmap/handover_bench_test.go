@@ -2,6 +2,7 @@ package lockmap_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,4 +49,34 @@ func BenchmarkHandover(b *testing.B) {
 	}
 	close(turn)
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "us/handover")
+}
+
+// BenchmarkCycle is the lock work of one uncontended SET NX PX plus its
+// release, as the proxy's embedded default runs it (memfab, a lease): the
+// part of the distinct-keys workload that is the proxy's own.
+func BenchmarkCycle(b *testing.B) {
+	host := memnode.New(memnode.Config{Entries: 1 << 16, DeadAfter: time.Hour})
+	defer host.Close()
+	ep, _ := memfab.New(host).Join("bench")
+	lease := lockmap.NewLease(ep)
+	defer lease.Stop()
+	m := lockmap.New([]*lockmap.Domain{{Name: "e", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, lockmap.Config{})
+	defer m.Close()
+	ctx := context.Background()
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: 10 * time.Second, Wait: 400 * time.Millisecond}
+	keys := make([][]string, 64)
+	for i := range keys {
+		keys[i] = []string{fmt.Sprintf("tput:%d", i)}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := keys[i%len(keys)]
+		if _, ok, err := m.Acquire(ctx, k, "tok", opt); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		if !m.Release(k[0], "tok") {
+			b.Fatal("release")
+		}
+	}
 }
