@@ -42,6 +42,11 @@ func (mb *member) connect(ctx context.Context) error {
 	cfg := mb.cfg
 	l := ep.Layout()
 	cfg.CheckInterval, cfg.StaleAfter = l.HeartbeatInterval, l.DeadAfter
+	if mb.solo {
+		// The embedded memory node never declares anyone dead (see
+		// members); a wait that stops moving is still worth a look.
+		cfg.StaleAfter = soloStaleAfter
+	}
 	// Owner tags let other proxies recognise a RedLock client asking through
 	// them too; an embedded memory node has no other proxies.
 	cfg.OwnerTags = !mb.solo
@@ -112,12 +117,25 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 	}
 }
 
+// An embedded memory node shares the proxy's fate: a pause stops both, and
+// the table ends with the process. Declaring its only member dead after a
+// pause (a stopped container, a throttled cgroup, a debugger) would throw
+// away every lock with nobody to give them to, and keep the entries
+// reserved for the dead member's horizon; Redis keeps its keys across a
+// pause. The lease cap likewise only bounds what other members or a
+// restarted memory node would wait for. Both are made longer than a
+// process lives, which switches them off without a second code path.
+const (
+	soloForever    = 365 * 24 * time.Hour
+	soloStaleAfter = time.Second
+)
+
 // members describes one membership per configured memory node, or one
 // embedded memory node if none is configured.
 func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
 	if len(cfg.Memnodes) == 0 {
-		host := memnode.New(memnode.Config{Entries: cfg.Entries, Logger: log.Named("memnode")})
+		host := memnode.New(memnode.Config{Entries: cfg.Entries, DeadAfter: soloForever, MaxLease: soloForever, Logger: log.Named("memnode")})
 		fab := memfab.New(host)
 		mb := &member{name: "embedded", solo: true, cfg: slcfg, log: log,
 			join: func(context.Context) (rdma.Endpoint, error) { return fab.Join(cfg.Name) }}
