@@ -3,8 +3,11 @@ package itest
 import (
 	"bufio"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
@@ -13,6 +16,22 @@ func send(t *testing.T, c net.Conn, cmd string) {
 	t.Helper()
 	if _, err := c.Write([]byte(cmd)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// awaitInfo waits until the proxy's INFO mentions want.
+func awaitInfo(t *testing.T, c *redis.Client, want string) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	for {
+		info, err := c.Info(ctx, "locks").Result()
+		if err != nil {
+			t.Fatalf("INFO: %v", err)
+		}
+		if strings.Contains(info, want) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -31,9 +50,12 @@ func TestQueuedClientHangsUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(t, quitter, "*6\r\n$3\r\nSET\r\n$1\r\nh\r\n$7\r\nquitter\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n60000\r\n")
-	time.Sleep(200 * time.Millisecond) // queued now
+	// Its try found the key held, so it queues (the swap onto the queue
+	// does not depend on the client still being there).
+	awaitInfo(t, c, "try_failures=1")
 	quitter.Close()
-	time.Sleep(200 * time.Millisecond)
+	// The proxy noticed the hang-up and gave the wait up to the background.
+	awaitInfo(t, c, "abandoned_waits=1")
 	if n, _ := c.Eval(ctx, casDelete, []string{"h"}, "holder").Int(); n != 1 {
 		t.Fatal("holder release")
 	}
@@ -67,8 +89,10 @@ func TestPipelineWhileQueued(t *testing.T) {
 	}
 	defer conn.Close()
 	send(t, conn, "*6\r\n$3\r\nSET\r\n$2\r\npl\r\n$3\r\nwho\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n60000\r\n")
-	time.Sleep(100 * time.Millisecond)
+	awaitInfo(t, c, "try_failures=1") // queued
 	send(t, conn, "*2\r\n$4\r\nECHO\r\n$5\r\nafter\r\n*2\r\n$3\r\nGET\r\n$2\r\npl\r\n")
+	// Give the pipelined commands time to reach the proxy's socket while
+	// the SET waits; if they arrive later the replies are the same.
 	time.Sleep(100 * time.Millisecond)
 	c.Eval(ctx, casDelete, []string{"pl"}, "holder")
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
