@@ -10,6 +10,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
@@ -85,9 +86,9 @@ func throughput(p pair, v verb, n int, d time.Duration) (rate float64, cpu, serv
 		return t
 	}
 	time.Sleep(d / 5)
-	c0, t0, u0, s0 := sum(), time.Now(), cpuTime(), procCPUTime(p.serverPID)
+	c0, t0, u0, s0 := sum(), time.Now(), procutil.SelfCPU(), memnodeCPU(p.serverPID)
 	time.Sleep(d)
-	c1, t1, u1, s1 := sum(), time.Now(), cpuTime(), procCPUTime(p.serverPID)
+	c1, t1, u1, s1 := sum(), time.Now(), procutil.SelfCPU(), memnodeCPU(p.serverPID)
 	stop.Store(true)
 	wg.Wait()
 	if e := firstErr.Load(); e != nil {
@@ -136,4 +137,14 @@ func singleCore(p pair, v verb, d time.Duration) (float64, error) {
 		return 0, fmt.Errorf("%s: %w", v.name, r.err)
 	}
 	return r.rate, nil
+}
+
+// memnodeCPU is the CPU the memnode process pid has used, or 0 when there is
+// none (the in-process fabric) or /proc cannot tell.
+func memnodeCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	d, _ := procutil.ProcCPU(pid)
+	return d
 }

@@ -89,31 +89,5 @@ func (p *proc) stop() { procutil.Stop(p.cmd, os.Interrupt, 5*time.Second) }
 
 // cpuTime is the CPU time the process has used so far, from /proc.
 func (p *proc) cpuTime() (time.Duration, error) {
-	return procCPU(p.cmd.Process.Pid)
-}
-
-// procCPU reads utime+stime of pid from /proc/PID/stat.
-func procCPU(pid int) (time.Duration, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields after it are
-	// counted from its closing parenthesis.
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / clkTck, nil
+	return procutil.ProcCPU(p.cmd.Process.Pid)
 }

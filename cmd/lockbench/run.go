@@ -13,6 +13,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
@@ -203,7 +204,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	// snapshots by the cycles completed between the same two snapshots
 	// (see edge), so only the cycles in flight at either edge, at most one
 	// per client, blur it.
-	cpu0, mcpu0, busy0 := selfCPU(), memnodeCPU(cl), machineBusy()
+	cpu0, mcpu0, busy0 := procutil.SelfCPU(), memnodeCPU(cl), procutil.MachineBusy()
 	before, cycles0 := edge(cl.eps, ws)
 	b.phase.Store(phaseMeasure)
 	t0 := time.Now()
@@ -211,7 +212,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	b.phase.Store(phaseStop)
 	after, cycles1 := edge(cl.eps, ws)
 	elapsed := time.Since(t0)
-	cpu1, mcpu1, busy1 := selfCPU(), memnodeCPU(cl), machineBusy()
+	cpu1, mcpu1, busy1 := procutil.SelfCPU(), memnodeCPU(cl), procutil.MachineBusy()
 	stopProgress()
 
 	done := make(chan struct{})

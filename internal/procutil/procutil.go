@@ -1,6 +1,7 @@
 // Package procutil is the process plumbing the project's commands share:
-// the JSON logger, the /metrics endpoint, a CPU profile switch, and the
-// start and graceful stop of a child process.
+// the JSON logger, the /metrics endpoint, a CPU profile switch, CPU-time
+// readers for benchmarks, and the start and graceful stop of a child
+// process.
 package procutil
 
 import (
