@@ -63,16 +63,18 @@ func main() {
 		fail(err)
 	}
 	defer proxy.stop()
-	null, err := startNull()
-	if err != nil {
-		fail(err)
+	var null *proc
+	if !*hotOnly {
+		if null, err = startNull(); err != nil {
+			fail(err)
+		}
+		defer null.stop()
 	}
-	defer null.stop()
-	targets := []target{{"redis", redis.addr}, {"proxy", proxy.addr}}
+	targets := []target{{"redis", redis}, {"proxy", proxy}}
 
 	var lat [2][]latencyResult
-	var thr [2][]float64
-	var nullThr []float64
+	var thr [2][]tputResult
+	var nullThr []tputResult
 	var hk [2][]hotResult
 	for r := 0; r < *runs; r++ {
 		for i, t := range targets {
@@ -92,12 +94,12 @@ func main() {
 			}
 			lat[i] = append(lat[i], l)
 			fmt.Fprintf(os.Stderr, " p50 %v; throughput...", l.p50)
-			th, err := throughput(ctx, t.addr, *clients, *tput)
+			th, err := throughput(ctx, t.proc, *clients, *tput)
 			if err != nil {
 				fail(err)
 			}
 			thr[i] = append(thr[i], th)
-			fmt.Fprintf(os.Stderr, " %.0f/s; hot key...", th)
+			fmt.Fprintf(os.Stderr, " %.0f/s; hot key...", th.rate)
 			h, err := hotKey(ctx, t.addr, *clients, *hot, *hold)
 			if err != nil {
 				fail(err)
@@ -109,12 +111,12 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "run %d/%d null server: throughput...", r+1, *runs)
-		th, err := throughput(ctx, null.addr, *clients, *tput)
+		th, err := throughput(ctx, null, *clients, *tput)
 		if err != nil {
 			fail(err)
 		}
 		nullThr = append(nullThr, th)
-		fmt.Fprintf(os.Stderr, " %.0f/s\n", th)
+		fmt.Fprintf(os.Stderr, " %.0f/s\n", th.rate)
 	}
 	if *hotOnly {
 		return
@@ -133,7 +135,10 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-type target struct{ name, addr string }
+type target struct {
+	name string
+	*proc
+}
 
 type proc struct {
 	cmd  *exec.Cmd

@@ -35,6 +35,9 @@ func serveNull(addr string) error {
 	}, nil, nil)
 }
 
+// nullReady is the null server's line giving its address.
+var nullReady = regexp.MustCompile(`null server listening on (\S+)`)
+
 // startNull runs this binary again as a null server, in its own process like
 // the two targets it is compared with.
 func startNull() (*proc, error) {
@@ -42,5 +45,5 @@ func startNull() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return start(self, []string{"-serve-null", "127.0.0.1:0"}, regexp.MustCompile(`null server listening on (\S+)`), "")
+	return start(self, []string{"-serve-null", "127.0.0.1:0"}, nullReady, "")
 }

@@ -17,7 +17,7 @@ import (
 // exactly as on the proxy, replies included.
 func TestNullServer(t *testing.T) {
 	bin := testproc.Bin(t, "proxybench")
-	p := testproc.Start(t, "null", bin, []string{"-serve-null", "127.0.0.1:0"}, regexp.MustCompile(`null server listening on (\S+)`))
+	p := testproc.Start(t, "null", bin, []string{"-serve-null", "127.0.0.1:0"}, nullReady)
 	c := redis.NewClient(&redis.Options{Addr: p.Addr})
 	defer c.Close()
 	ctx := context.Background()
@@ -29,8 +29,9 @@ func TestNullServer(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("release = %v, %v; want 1", n, err)
 	}
-	if r, err := throughput(ctx, p.Addr, 4, 100*time.Millisecond); err != nil || r <= 0 {
-		t.Fatalf("throughput = %v, %v", r, err)
+	r, err := throughput(ctx, &proc{cmd: p.Cmd, addr: p.Addr}, 4, 300*time.Millisecond)
+	if err != nil || r.rate <= 0 || r.cpu <= 0 {
+		t.Fatalf("throughput = %+v, %v; want cycles and the server's CPU per cycle", r, err)
 	}
 }
 
@@ -49,7 +50,7 @@ func TestSmoke(t *testing.T) {
 	}
 	report := string(out)
 	for _, want := range []string{
-		"| redis |", "| proxy |", "| null server",
+		"| redis |", "| proxy |", "| null server", "server CPU per cycle",
 		"Proxy/Redis p50 ratio: **", "Proxy/Redis throughput ratio: **", "Null server/Redis, the ceiling",
 		"Proxy/Redis acquisitions/s: **", "Proxy/Redis max time to acquire: **", "Proxy per-client max/min: **",
 	} {

@@ -27,7 +27,7 @@ func verdict(ok bool) string {
 	return "**missed**"
 }
 
-func render(targets []target, lat [2][]latencyResult, thr [2][]float64, nullThr []float64, hk [2][]hotResult, runs, clients int, hold time.Duration, redisVer string) string {
+func render(targets []target, lat [2][]latencyResult, thr [2][]tputResult, nullThr []tputResult, hk [2][]hotResult, runs, clients int, hold time.Duration, redisVer string) string {
 	var b strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	w("## Proxy vs Redis (`make bench-proxy`)\n\n")
@@ -38,9 +38,9 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, nullThr 
 	var latR, thrR, nullR, lockR, rateR, maxR []float64
 	for r := 0; r < runs; r++ {
 		latR = append(latR, float64(lat[1][r].p50)/float64(lat[0][r].p50))
-		thrR = append(thrR, thr[1][r]/thr[0][r])
-		nullR = append(nullR, nullThr[r]/thr[0][r])
-		lockR = append(lockR, thr[1][r]/nullThr[r])
+		thrR = append(thrR, thr[1][r].rate/thr[0][r].rate)
+		nullR = append(nullR, nullThr[r].rate/thr[0][r].rate)
+		lockR = append(lockR, thr[1][r].rate/nullThr[r].rate)
 		rateR = append(rateR, hk[1][r].rate/hk[0][r].rate)
 		maxR = append(maxR, float64(hk[1][r].max)/float64(hk[0][r].max))
 	}
@@ -66,11 +66,11 @@ func render(targets []target, lat [2][]latencyResult, thr [2][]float64, nullThr 
 	w("\nProxy/Redis p50 ratio: **%.2fx** (runs: %s). Target at most 1.2x: %s.\n\n", stats.Median(latR), fmtList(latR), verdict(stats.Median(latR) <= 1.2))
 
 	w("### 2. %d clients on distinct keys\n\n", clients)
-	w("| target | cycles/s |\n|---|---|\n")
+	w("| target | cycles/s | server CPU per cycle |\n|---|---|---|\n")
 	for i, t := range targets {
-		w("| %s | %.0f |\n", t.name, stats.Median(thr[i]))
+		w("| %s | %s |\n", t.name, tputCells(thr[i]))
 	}
-	w("| null server (the proxy's RESP front end, no locking) | %.0f |\n", stats.Median(nullThr))
+	w("| null server (the proxy's RESP front end, no locking) | %s |\n", tputCells(nullThr))
 	w("\nProxy/Redis throughput ratio: **%.2fx** (runs: %s). Target at least 1.0x: %s.  \n", stats.Median(thrR), fmtList(thrR), verdict(stats.Median(thrR) >= 1.0))
 	w("Null server/Redis, the ceiling of that ratio: %.2fx (runs: %s); proxy/null server, what the lock work keeps of it: %.2fx (runs: %s).\n\n",
 		stats.Median(nullR), fmtList(nullR), stats.Median(lockR), fmtList(lockR))
@@ -128,4 +128,19 @@ func fmtList(xs []float64) string {
 		parts[i] = fmt.Sprintf("%.2f", x)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// tputCells is the median rate and the median server CPU per cycle (from
+// /proc, before and after the run) of a target's throughput runs.
+func tputCells(rs []tputResult) string {
+	var rate []float64
+	var cpu []time.Duration
+	for _, r := range rs {
+		rate, cpu = append(rate, r.rate), append(cpu, r.cpu)
+	}
+	c := "n/a"
+	if m := stats.Median(cpu); m > 0 {
+		c = fmt.Sprintf("%.1f µs", float64(m)/float64(time.Microsecond))
+	}
+	return fmt.Sprintf("%.0f | %s", stats.Median(rate), c)
 }

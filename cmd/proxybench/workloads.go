@@ -13,6 +13,8 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 // release is the compare-and-delete of the Redis documentation, the script
@@ -63,13 +65,20 @@ func latency(ctx context.Context, addr string, n int) (latencyResult, error) {
 	}, nil
 }
 
-// throughput runs clients on distinct keys and counts acquire-release cycles.
-func throughput(ctx context.Context, addr string, clients int, d time.Duration) (float64, error) {
-	c := newClient(addr, clients)
+type tputResult struct {
+	rate float64       // acquire-release cycles per second
+	cpu  time.Duration // the server's CPU per cycle; 0 if /proc cannot tell
+}
+
+// throughput runs clients on distinct keys and counts acquire-release
+// cycles, and what they cost the server process in CPU.
+func throughput(ctx context.Context, server *proc, clients int, d time.Duration) (tputResult, error) {
+	c := newClient(server.addr, clients)
 	defer c.Close()
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, clients)
+	cpu0, cpuErr := procutil.ProcCPU(server.cmd.Process.Pid)
 	end := time.Now().Add(d)
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
@@ -90,11 +99,17 @@ func throughput(ctx context.Context, addr string, clients int, d time.Duration) 
 		}(i)
 	}
 	wg.Wait()
+	cpu1, err := procutil.ProcCPU(server.cmd.Process.Pid)
 	close(errc)
 	for err := range errc {
-		return 0, err
+		return tputResult{}, err
 	}
-	return float64(done.Load()) / d.Seconds(), nil
+	n := done.Load()
+	r := tputResult{rate: float64(n) / d.Seconds()}
+	if cpuErr == nil && err == nil && n > 0 {
+		r.cpu = (cpu1 - cpu0) / time.Duration(n)
+	}
+	return r, nil
 }
 
 type hotResult struct {
