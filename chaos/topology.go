@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
@@ -38,28 +38,19 @@ type proxyProc struct {
 	p                *testproc.Proc
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 func newTopology(cfg Config) (*topology, error) {
 	t := &topology{cfg: cfg, links: map[string]*toxiproxy.Proxy{}}
 	var err error
-	if t.memPort, err = freePort(); err != nil {
+	if t.memPort, err = procutil.FreePort(); err != nil {
 		return nil, err
 	}
 	t.tox = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	for i := 0; i < cfg.Proxies; i++ {
 		pp := &proxyProc{i: i}
 		for _, p := range []*int{&pp.respPort, &pp.peerPort, &pp.peerTx, &pp.memTx} {
-			if *p, err = freePort(); err != nil {
+			if *p, err = procutil.FreePort(); err != nil {
 				return nil, err
 			}
 		}

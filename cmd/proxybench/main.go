@@ -167,7 +167,10 @@ func startProxy(bin string, extra []string) (*proc, error) {
 }
 
 func startRedis(bin string) (*proc, error) {
-	port := freePort()
+	port, err := procutil.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	return start(bin, []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"},
 		regexp.MustCompile(`(Ready to accept connections)`), fmt.Sprintf("127.0.0.1:%d", port))
 }

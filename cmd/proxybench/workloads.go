@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -27,15 +26,6 @@ end`)
 
 func newClient(addr string, pool int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, MinIdleConns: pool})
-}
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 type latencyResult struct{ p50, p99 time.Duration }

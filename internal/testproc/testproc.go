@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 var (
@@ -241,15 +243,15 @@ func Proxy(t testing.TB, args ...string) *Proc {
 	return Start(t, "proxy", Bin(t, "proxy"), args, ProxyReady)
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago
+// (procutil.FreePort).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := procutil.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Redis starts a real redis-server with persistence off on a free port. It

@@ -1,0 +1,57 @@
+package procutil
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// FreePort returns a loopback TCP port that is free now, for a child that
+// must be told its port before it starts (a port-0 listener cannot be
+// handed to another process, and some topologies need every address up
+// front). Between this call and the child's bind anyone may take the port;
+// choosing it below the kernel's ephemeral range closes the common case, a
+// connect() or a port-0 listen in some other process being given the same
+// number, since the kernel only picks ports from that range. Only someone
+// else choosing the same way, and the same number, remains.
+func FreePort() (int, error) {
+	lo := ephemeralLow()
+	const floor = 10000
+	if lo-floor < 1000 {
+		return anyPort()
+	}
+	for range 200 {
+		p := floor + rand.IntN(lo-floor)
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			ln.Close()
+			return p, nil
+		}
+	}
+	return anyPort()
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default if it cannot be read).
+func ephemeralLow() int {
+	lo := 32768
+	if raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(raw)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	return lo
+}
+
+func anyPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("no free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
