@@ -29,6 +29,8 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
 // fakeOps is an in-memory lock table with a manual clock, so TTLs are exact
@@ -883,48 +885,8 @@ func ExampleUnsupportedScriptError() {
 // through our executors over the fake lock table must give the replies Redis
 // gave (byte for byte, except remaining TTLs, which can only be close).
 
-// startRedis runs a private redis-server on a free loopback port.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (make deps installs it)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_, _ = c.Write([]byte("PING\r\n"))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if line == "+PONG\r\n" {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not come up on %s: %s", addr, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// startRedis runs a private redis-server and returns its address.
+func startRedis(t *testing.T) string { return testproc.Redis(t).Addr }
 
 // exchange is one command and the reply Redis gave to it.
 type exchange struct {
