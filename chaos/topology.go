@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
+	"github.com/shiftlock/shiftlock-proxy/internal/freeport"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
@@ -43,14 +43,14 @@ func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 func newTopology(cfg Config) (*topology, error) {
 	t := &topology{cfg: cfg, links: map[string]*toxiproxy.Proxy{}}
 	var err error
-	if t.memPort, err = procutil.FreePort(); err != nil {
+	if t.memPort, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
 	t.tox = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	for i := 0; i < cfg.Proxies; i++ {
 		pp := &proxyProc{i: i}
 		for _, p := range []*int{&pp.respPort, &pp.peerPort, &pp.peerTx, &pp.memTx} {
-			if *p, err = procutil.FreePort(); err != nil {
+			if *p, err = freeport.Pick(); err != nil {
 				return nil, err
 			}
 		}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+	"github.com/shiftlock/shiftlock-proxy/internal/freeport"
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
@@ -167,7 +168,7 @@ func startProxy(bin string, extra []string) (*proc, error) {
 }
 
 func startRedis(bin string) (*proc, error) {
-	port, err := procutil.FreePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}

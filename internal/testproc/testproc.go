@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
+	"github.com/shiftlock/shiftlock-proxy/internal/freeport"
 )
 
 var (
@@ -244,10 +244,10 @@ func Proxy(t testing.TB, args ...string) *Proc {
 }
 
 // FreePort returns a loopback port that was free a moment ago
-// (procutil.FreePort).
+// (freeport.Pick).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	p, err := procutil.FreePort()
+	p, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package procutil
+// Package freeport picks loopback ports for child processes that must be
+// told their address before they start. It imports nothing outside the
+// standard library, so test helpers in nested modules can use it.
+package freeport
 
 import (
 	"fmt"
@@ -9,7 +12,7 @@ import (
 	"strings"
 )
 
-// FreePort returns a loopback TCP port that is free now, for a child that
+// Pick returns a loopback TCP port that is free now, for a child that
 // must be told its port before it starts (a port-0 listener cannot be
 // handed to another process, and some topologies need every address up
 // front). Between this call and the child's bind anyone may take the port;
@@ -17,7 +20,7 @@ import (
 // connect() or a port-0 listen in some other process being given the same
 // number, since the kernel only picks ports from that range. Only someone
 // else choosing the same way, and the same number, remains.
-func FreePort() (int, error) {
+func Pick() (int, error) {
 	lo := ephemeralLow()
 	const floor = 10000
 	if lo-floor < 1000 {

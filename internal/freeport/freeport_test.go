@@ -1,4 +1,4 @@
-package procutil
+package freeport
 
 import (
 	"net"
@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// TestFreePort: the port is below the ephemeral range, where the kernel
+// TestPick: the port is below the ephemeral range, where the kernel
 // never assigns one on its own, and can be bound.
-func TestFreePort(t *testing.T) {
+func TestPick(t *testing.T) {
 	lo := ephemeralLow()
 	for range 20 {
-		p, err := FreePort()
+		p, err := Pick()
 		if err != nil {
 			t.Fatal(err)
 		}
