@@ -224,6 +224,9 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	if opt.TTL < 0 {
 		return nil, false, ErrBadTTL
 	}
+	if isNoWait(ctx) && !m.Inline() {
+		return nil, false, ErrWouldBlock
+	}
 	start := time.Now()
 	queued := false
 	defer func() {
@@ -310,6 +313,10 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			changed := *m.changed.Load()
 			g, fence, waited, err = m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
 			if err == nil || !membershipGone(err) || deadline.IsZero() || !time.Now().Before(deadline) {
+				break
+			}
+			if isNoWait(ctx) {
+				err = ErrWouldBlock
 				break
 			}
 			// The membership is gone; the proxy is rejoining. Wait for it,
@@ -454,6 +461,9 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	}
 	if ok {
 		return g, 0, false, nil
+	}
+	if isNoWait(ctx) && (!deadline.IsZero() || tag != 0) {
+		return nil, 0, false, ErrWouldBlock
 	}
 	if deadline.IsZero() {
 		if tag != 0 && (owner == 0 || owner == tag) {
@@ -826,7 +836,13 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 	if m.heldExclusivelyHere(d, e) {
 		return info, nil // another key of ours owns the entry: this one is free
 	}
+	if isNoWait(ctx) && !rdma.IsInline(d.Client.Endpoint()) {
+		return info, ErrWouldBlock
+	}
 	ent, err := d.Client.Read(ctx, e)
+	if err == nil && !ent.Free() && d.Client.Abandoning(e) && isNoWait(ctx) {
+		return info, ErrWouldBlock
+	}
 	// A wait of ours that its client gave up may hold the entry for a moment
 	// while it passes the lock on: that is nobody's hold, so let it settle
 	// (briefly: it may also be queued behind a real holder).

@@ -121,3 +121,18 @@ type Endpoint interface {
 	// Close leaves the domain. Later verbs return ErrClosed.
 	Close() error
 }
+
+// Inliner is implemented by endpoints whose verbs and Sends complete in the
+// calling goroutine without ever blocking on I/O: the in-process fabric.
+// A caller that must not block (a server's event loop) may issue verbs on
+// such an endpoint directly and must hand any other endpoint's verbs to a
+// goroutine of their own.
+type Inliner interface {
+	Inline() bool
+}
+
+// IsInline reports whether ep's verbs complete without blocking (Inliner).
+func IsInline(ep Endpoint) bool {
+	in, ok := ep.(Inliner)
+	return ok && in.Inline()
+}

@@ -79,6 +79,10 @@ func (e *Endpoint) Control() rdma.Control               { return control{e} }
 func (e *Endpoint) Bind(fn func(rdma.Message) error)    { e.recv.Store(&fn) }
 func (e *Endpoint) BindProbe(fn func(uint64) rdma.Hold) { e.probe.Store(&fn) }
 
+// Inline implements rdma.Inliner: every verb is a direct memory access and
+// every Send a direct delivery, so none of them blocks.
+func (e *Endpoint) Inline() bool { return true }
+
 // Close leaves the memory node. Verbs and Sends fail afterwards, and Sends
 // to this node fail as they would to a dead one.
 func (e *Endpoint) Close() error {
