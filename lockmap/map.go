@@ -6,7 +6,6 @@ package lockmap
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -78,22 +77,31 @@ type hold struct {
 	dead     bool   // released or expired; the expirer skips it
 }
 
-// A shadow is a hold without a grant of its own: the same key and token are
-// already held through another proxy (its owner tag says so), and this proxy
-// answers as an independent Redis instance would when a RedLock client asks
-// every instance in turn. It ends with its TTL or a release; it never
-// touches the lock entry.
-func (h *hold) shadow() bool { return h.g == nil }
+// A shadow is a hold whose lock is held by its owner through another proxy
+// (owner recognition, shiftlock/owner.go): a RedLock client asked every
+// proxy for the same key and token, and this one answers as an independent
+// Redis instance would. It ends with its TTL or a release. A pure shadow
+// (from a try-only request) has no place in the queue at all; a pending
+// one keeps the place its request took, which the lock reaches once the
+// owner's other holds let go.
+func (h *hold) shadow() bool { return h.g == nil || h.g.pending() }
 
 // grant is one ShiftLock grant. Keys of one multi-key acquire that land on
 // the same entry share it; it is released when the last of them is.
 type grant struct {
-	dom       *Domain
-	entry     uint64
-	mode      shiftlock.Mode
-	g         shiftlock.Grant
-	refs      int           // guarded by grantMu
-	confirmed chan struct{} // closed when the owner tag confirmation is done (nil: none)
+	dom   *Domain
+	entry uint64
+	mode  shiftlock.Mode
+	g     shiftlock.Grant
+	refs  int  // guarded by grantMu
+	excl  bool // counted in Map.excl: it held the entry itself when granted
+}
+
+// pending reports whether the grant's lock is held by its owner elsewhere
+// and still on its way here (shiftlock.Guard.Pending).
+func (g *grant) pending() bool {
+	sg, ok := g.g.(*shiftlock.Guard)
+	return ok && sg.Pending()
 }
 
 var grantMu sync.Mutex
@@ -287,14 +295,22 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			m.releaseGrant(g)
 		}
 	}
-	// Owner tags identify a single key's exclusive holder across proxies.
+	// Owner tags let a single key's exclusive holder be recognised by the
+	// same client asking through other proxies (RedLock over proxies that
+	// share a memory node; shiftlock/owner.go).
 	var tag uint64
 	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive && fresh[0].dom.Client.OwnerTags() {
 		tag = ownerTag(keys[0], token)
-		if m.heldAsShadow(keys[0]) {
-			// Another token holds it through another proxy and through us,
-			// as on independent Redis instances: SET NX fails here at once.
-			return nil, false, nil
+		if m.heldByOther(keys[0], token) {
+			// Another token holds it here, as a shadow of its hold through
+			// another proxy: an independent Redis instance would refuse, so
+			// this proxy waits for it to go, within the budget.
+			if deadline.IsZero() || !m.awaitOthersGone(ctx, keys[:1], token, deadline) {
+				if isNoWait(ctx) && !deadline.IsZero() {
+					return nil, false, ErrWouldBlock
+				}
+				return nil, false, nil
+			}
 		}
 	}
 	byEntry := map[[2]uint64]*grant{}
@@ -342,7 +358,10 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			continue
 		}
 		gr := &grant{dom: w.dom, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
-		m.countExcl(gr, 1)
+		if !gr.pending() {
+			gr.excl = true
+			m.countExcl(gr, 1)
+		}
 		got = append(got, gr)
 		byEntry[k] = gr
 	}
@@ -352,7 +371,8 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	if opt.TTL > 0 {
 		end = now.Add(opt.TTL)
 	}
-	// Every memory node we hold on must have our lease cover the deadline.
+	// Every memory node we hold on must have our lease cover the deadline,
+	// pending grants included: their lock may arrive at any moment.
 	covered := map[*Domain]bool{}
 	for _, gr := range got {
 		if covered[gr.dom] || gr.dom.Lease == nil {
@@ -374,65 +394,116 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		}
 	}
 
-	fences = make([]uint64, len(keys))
-	for _, h := range refresh {
-		m.setDeadline(h, end, opt.TTL)
-		for i, k := range keys {
-			if k == h.key {
-				fences[i] = h.fence
-			}
-		}
-	}
 	// Each grant was created with one reference (dropped by undo on failure);
 	// from here on, every key holding it owns one.
-	if tag != 0 {
-		for _, gr := range got {
-			m.confirm(gr, tag)
+	holds := make([]*hold, 0, len(fresh))
+	for _, w := range fresh {
+		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
+		if gr == nil {
+			holds = append(holds, &hold{key: w.key, token: token, dom: m.doms[w.di].Load(), mode: opt.Mode, fence: shadowFence, deadline: end, ttl: opt.TTL})
+		} else {
+			holds = append(holds, &hold{key: w.key, token: token, dom: gr.dom, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr})
+		}
+	}
+	for !m.record(holds) {
+		// Another token's shadow appeared here while we waited: an
+		// independent Redis instance would not say yes to both, so the
+		// grant waits for it to go (its release is usually on its way:
+		// our lock came from that same client letting go elsewhere).
+		if deadline.IsZero() || isNoWait(ctx) || !m.awaitOthersGone(ctx, keys, token, deadline) {
+			undo()
+			if isNoWait(ctx) && !deadline.IsZero() {
+				return nil, false, ErrWouldBlock
+			}
+			return nil, false, nil
 		}
 	}
 	grantMu.Lock()
-	for _, w := range fresh {
-		if gr := byEntry[[2]uint64{uint64(w.di), w.entry}]; gr != nil {
-			gr.refs++
+	for _, h := range holds {
+		if h.g != nil {
+			h.g.refs++
 		}
 	}
 	for _, gr := range got {
 		gr.refs--
 	}
 	grantMu.Unlock()
-	for _, w := range fresh {
-		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
-		var h *hold
-		if gr == nil {
-			h = &hold{key: w.key, token: token, dom: m.doms[w.di].Load(), mode: opt.Mode, fence: shadowFence, deadline: end, ttl: opt.TTL}
-		} else {
-			h = &hold{key: w.key, token: token, dom: gr.dom, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr}
+	// The client is about to be told: from now on other proxies may
+	// recognise this holder as their client's too.
+	if tag != 0 {
+		for _, gr := range got {
+			if sg, ok := gr.g.(*shiftlock.Guard); ok {
+				sg.Vouch()
+			}
 		}
-		s := m.shard(w.key)
-		s.mu.Lock()
-		s.keys[w.key] = append(s.keys[w.key], h)
-		s.mu.Unlock()
-		if !end.IsZero() {
-			m.exp.add(h, end)
+	}
+	for _, h := range refresh {
+		m.setDeadline(h, end, opt.TTL)
+	}
+	fences = make([]uint64, len(keys))
+	for i, k := range keys {
+		for _, h := range refresh {
+			if h.key == k {
+				fences[i] = h.fence
+			}
 		}
-		for i, k := range keys {
-			if k == w.key {
+		for _, h := range holds {
+			if h.key == k {
 				fences[i] = h.fence
 			}
 		}
 	}
+	for _, h := range holds {
+		if !end.IsZero() {
+			m.exp.add(h, end)
+		}
+	}
 	return fences, true, nil
+}
+
+// record adds holds to the table, all or none: an exclusive hold is not
+// added while the key has a hold of another token here. That can only be a
+// shadow (the lock entry itself admits one exclusive holder): a grant that
+// reached its waiter while the same proxy answered another client's
+// RedLock request for the key as an instance that holds it.
+func (m *Map) record(holds []*hold) bool {
+	for i, h := range holds {
+		s := m.shard(h.key)
+		s.mu.Lock()
+		conflict := false
+		if h.mode == shiftlock.Exclusive {
+			for _, o := range s.keys[h.key] {
+				if o.token != h.token {
+					conflict = true
+				}
+			}
+		}
+		if !conflict {
+			s.keys[h.key] = append(s.keys[h.key], h)
+		}
+		s.mu.Unlock()
+		if conflict {
+			for _, r := range holds[:i] {
+				m.remove(r.key, func(x *hold) bool { return x == r })
+			}
+			return false
+		}
+	}
+	return true
 }
 
 // fenceOf is the fencing token clients see: the grant's RelCnt plus one, so
 // that no fence is ever 0, which applications tend to read as "no token".
 func fenceOf(g shiftlock.Grant) uint64 { return g.Token() + 1 }
 
-// lockEntry takes one entry, waiting until deadline (zero: try once). With
-// a non-zero owner tag, an entry already held under that tag (the same key
-// and token through another proxy) yields a shadow: no grant, and the
-// holder's fence. Neither a grant nor a shadow, with no error, means "held
-// for the whole budget".
+// lockEntry takes one entry, waiting until deadline (zero: try once). A
+// request with a wait budget enqueues directly: the enqueuing atomic costs
+// no more than a try when the entry is free, and a try that fails would
+// only add an atomic before the enqueue. With a non-zero owner tag, the
+// same key and token held through another proxy (shiftlock owner
+// recognition) yields a pending grant, or for a try-only request no grant
+// and the holder's fence (a pure shadow). Neither a grant nor a shadow,
+// with no error, means "held for the whole budget".
 func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time, tag uint64,
 	queue func(context.Context) (context.Context, func())) (shiftlock.Grant, uint64, bool, error) {
 	if d.Lease != nil {
@@ -441,66 +512,47 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 		}
 	}
 	c := d.Client
-	var g *shiftlock.Guard
-	var ok bool
-	var err error
-	var owner uint64
-	var e shiftlock.Entry
-	if mode == shiftlock.Shared {
-		g, ok, err = c.TryShared(ctx, entry)
-	} else {
-		g, ok, owner, e, err = c.TryExclusiveTagged(ctx, entry)
-		if err == nil && !ok && tag != 0 && owner == confirmed(tag) {
-			// The same key and token hold it through another proxy: the
-			// holder's token is the entry's RelCnt, read by the same CAS.
-			return nil, e.RelCnt() + 1, false, nil
+	if deadline.IsZero() || isNoWait(ctx) {
+		var g *shiftlock.Guard
+		var ok bool
+		var e shiftlock.Entry
+		var err error
+		if mode == shiftlock.Shared {
+			g, ok, err = c.TryShared(ctx, entry)
+		} else {
+			g, ok, e, err = c.TryExclusiveTagged(ctx, entry, tag)
 		}
-	}
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if ok {
-		return g, 0, false, nil
-	}
-	if isNoWait(ctx) && (!deadline.IsZero() || tag != 0) {
-		return nil, 0, false, ErrWouldBlock
-	}
-	if deadline.IsZero() {
-		if tag != 0 && (owner == 0 || owner == tag) {
+		switch {
+		case err != nil:
+			return nil, 0, false, err
+		case ok:
+			return g, 0, false, nil
+		case isNoWait(ctx) && (!deadline.IsZero() || tag != 0):
+			return nil, 0, false, ErrWouldBlock // it would queue, or wait for an answer
+		case tag != 0:
 			// The holder may be the same key and token through another
-			// proxy whose confirmation is still a round trip away (a RedLock
-			// client asks every proxy at once): give it that long.
-			if fence, ok := m.awaitTag(ctx, d, entry, tag, e.RelCnt()); ok {
-				return nil, fence, false, nil
+			// proxy (a RedLock client asks every proxy at once): ask the
+			// queue, which costs messages, not memory-node verbs.
+			if tok, same := c.QueryOwner(ctx, entry, e.Tail(), tag, tagGrace); same {
+				return nil, tok + 1, false, nil
 			}
 		}
 		return nil, 0, false, nil
 	}
-	if queue != nil {
-		qctx, stop := queue(ctx)
-		defer stop()
-		ctx = qctx
-	}
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	shadow := make(chan uint64, 1)
-	if tag != 0 {
-		// The winner writes its tag one round trip after its grant, so a
-		// client racing through several proxies may only see it now.
-		go m.watchTag(wctx, cancel, d, entry, tag, shadow)
+	if queue != nil {
+		wctx = shiftlock.WithQueueHook(wctx, queue)
 	}
+	var g *shiftlock.Guard
+	var err error
 	if mode == shiftlock.Shared {
 		g, err = c.AcquireShared(wctx, entry)
 	} else {
 		g, err = c.AcquireExclusiveTagged(wctx, entry, tag)
 	}
 	if err == nil {
-		return g, 0, true, nil
-	}
-	select {
-	case fence := <-shadow:
-		return nil, fence, true, nil
-	default:
+		return g, 0, g.Waited(), nil
 	}
 	if wctx.Err() != nil && ctx.Err() == nil {
 		return nil, 0, true, nil // budget spent: "not acquired", not an error
@@ -508,128 +560,65 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	return nil, 0, true, err
 }
 
-// ownerTag identifies a key and token. ShiftLock carries it along the queue
-// and installs it as the lock reaches a waiter, which does not mean the
-// waiter's client was told (its wait may have been abandoned). The proxy
-// sets the low bit once it has granted (confirmed), and only a confirmed tag
-// makes another proxy answer as if it held the key too. Bit 1 keeps both
-// forms non-zero, since 0 means "no owner".
+// ownerTag identifies a key and token for owner recognition: a hash of
+// both, never 0 (which means "no tag").
 func ownerTag(key, token string) uint64 {
 	h := xxhash.New()
 	_, _ = h.WriteString(key)
 	_, _ = h.Write([]byte{0})
 	_, _ = h.WriteString(token)
-	return h.Sum64()&^1 | 2
+	if t := h.Sum64(); t != 0 {
+		return t
+	}
+	return 1
 }
 
-func confirmed(tag uint64) uint64 { return tag | 1 }
-
-// readOwner reads entry's owner word and the entry in one round trip.
-func (m *Map) readOwner(ctx context.Context, d *Domain, entry uint64) (uint64, shiftlock.Entry, error) {
-	l := d.Client.Endpoint().Layout()
-	var tb [8]byte
-	var eb [16]byte
-	var b rdma.Batch
-	b.Read(l.OwnerAddr(entry), tb[:])
-	b.Read(l.EntryAddr(entry), eb[:])
-	if err := d.Client.Endpoint().Post(ctx, &b); err != nil {
-		return 0, shiftlock.Entry{}, err
-	}
-	if err := b.FirstErr(); err != nil {
-		return 0, shiftlock.Entry{}, err
-	}
-	return binary.LittleEndian.Uint64(tb[:]), shiftlock.Entry(rdma.U128From(eb[:])), nil
-}
-
-// matchTag reports whether entry's holder carries confirmed(tag). On a
-// match, the fence is the holder's: an exclusive holder's RelCnt is its token.
-func (m *Map) matchTag(ctx context.Context, d *Domain, entry, tag uint64) (uint64, bool, error) {
-	owner, e, err := m.readOwner(ctx, d, entry)
-	if err != nil || owner != confirmed(tag) {
-		return 0, false, err
-	}
-	return e.RelCnt() + 1, true, nil
-}
-
-// tagGrace bounds how long a try-only acquire waits for a fresh holder's
-// tag to be confirmed. Confirmation is one round trip after the grant, so a
-// couple of milliseconds covers a loaded host without making a failed
-// SET NX noticeably slower.
+// tagGrace bounds how long a try-only acquire waits for the queue's answer
+// about its owner tag. The answer is a message round trip between proxies,
+// or, when the same client's request through another proxy was granted a
+// moment ago and not yet answered, that answer's time; a queue without the
+// tag answers no at once.
 var tagGrace = 2 * time.Millisecond // a variable for tests only
 
-// awaitTag polls entry's owner word for up to tagGrace while it may still
-// become confirmed(tag): it stops early once another owner is installed or
-// the holder seen by the try (RelCnt relCnt) has released.
-func (m *Map) awaitTag(ctx context.Context, d *Domain, entry, tag, relCnt uint64) (uint64, bool) {
-	end := time.Now().Add(tagGrace)
-	for {
-		owner, e, err := m.readOwner(ctx, d, entry)
-		if err != nil {
-			return 0, false
-		}
-		switch {
-		case owner == confirmed(tag):
-			return e.RelCnt() + 1, true
-		case owner != 0 && owner != tag, e.RelCnt() != relCnt:
-			return 0, false
-		}
-		if !time.Now().Before(end) {
-			return 0, false
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
-// confirm marks g's owner tag as granted, off the client's reply path: a
-// RedLock client asking other proxies at the same moment finds the tag a
-// round trip later through watchTag.
-func (m *Map) confirm(g *grant, tag uint64) {
-	guard, ok := g.g.(*shiftlock.Guard)
-	if !ok {
-		return
-	}
-	g.confirmed = make(chan struct{})
-	go func() {
-		defer close(g.confirmed)
-		if err := guard.SetOwner(context.Background(), confirmed(tag)); err != nil {
-			m.log.Warn("owner tag not confirmed; other proxies will not recognise this holder", zap.Error(err))
-		}
-	}()
-}
-
-func (m *Map) watchTag(ctx context.Context, stop context.CancelFunc, d *Domain, entry, tag uint64, shadow chan<- uint64) {
-	iv := 2 * time.Millisecond
-	t := time.NewTimer(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if fence, ok, err := m.matchTag(ctx, d, entry, tag); err == nil && ok {
-			shadow <- fence
-			stop()
-			return
-		}
-		if iv *= 2; iv > 50*time.Millisecond {
-			iv = 50 * time.Millisecond
-		}
-		t.Reset(iv)
-	}
-}
-
-// heldAsShadow reports whether key has a shadow hold here.
-func (m *Map) heldAsShadow(key string) bool {
+// heldByOther reports whether key has a hold of another token here.
+func (m *Map) heldByOther(key, token string) bool {
 	s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range s.keys[key] {
-		if h.shadow() {
+		if h.token != token {
 			return true
 		}
 	}
 	return false
+}
+
+// awaitOthersGone waits until no key has a hold of another token here, or
+// until deadline. Such holds are shadows whose client is letting go, so
+// they are polled rather than signalled.
+func (m *Map) awaitOthersGone(ctx context.Context, keys []string, token string, deadline time.Time) bool {
+	iv := 100 * time.Microsecond
+	for {
+		busy := false
+		for _, k := range keys {
+			busy = busy || m.heldByOther(k, token)
+		}
+		if !busy {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return false
+		}
+		t := time.NewTimer(min(iv, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		iv = min(2*iv, 2*time.Millisecond)
+	}
 }
 
 func (m *Map) find(key, token string) *hold {
@@ -689,11 +678,8 @@ func (m *Map) releaseGrant(g *grant) {
 	if !last {
 		return
 	}
-	m.countExcl(g, -1)
-	if g.confirmed != nil {
-		// The release clears the owner word; the confirmation must have
-		// landed first, or it could land after and name a released holder.
-		<-g.confirmed
+	if g.excl {
+		m.countExcl(g, -1)
 	}
 	if err := g.g.Release(context.Background()); err != nil {
 		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
@@ -702,7 +688,7 @@ func (m *Map) releaseGrant(g *grant) {
 
 func (m *Map) releaseHolds(hs []*hold) {
 	for _, h := range hs {
-		if !h.shadow() {
+		if h.g != nil { // a pending grant too: its place in the queue must be passed on
 			m.releaseGrant(h.g)
 		}
 	}

@@ -3,6 +3,8 @@ package lockmap_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,14 +16,21 @@ import (
 
 // twoProxies returns two maps, as two proxies would have, on one memory node.
 func twoProxies(t *testing.T, entries uint64) (*lockmap.Map, *lockmap.Map) {
+	ms := proxies(t, entries, 2)
+	return ms[0], ms[1]
+}
+
+// proxies returns n maps, as n proxies would have, on one memory node.
+func proxies(t *testing.T, entries uint64, n int) []*lockmap.Map {
 	t.Helper()
 	// A proxy's lease self-fences after DeadAfter/2 without an acknowledged
 	// beat; no test here is about fencing, so give a loaded host room.
 	host := memnode.New(memnode.Config{Entries: entries, HeartbeatInterval: 100 * time.Millisecond, DeadAfter: 30 * time.Second})
 	t.Cleanup(host.Close)
 	fab := memfab.New(host)
-	mk := func(name string) *lockmap.Map {
-		ep, err := fab.Join(name)
+	var ms []*lockmap.Map
+	for i := 0; i < n; i++ {
+		ep, err := fab.Join(fmt.Sprint("p", i+1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,9 +38,9 @@ func twoProxies(t *testing.T, entries uint64) (*lockmap.Map, *lockmap.Map) {
 		t.Cleanup(lease.Stop)
 		m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true}), Lease: lease}}, lockmap.Config{})
 		t.Cleanup(m.Close)
-		return m
+		ms = append(ms, m)
 	}
-	return mk("p1"), mk("p2")
+	return ms
 }
 
 func ctx(t *testing.T) context.Context {
@@ -368,5 +377,73 @@ func TestShadowFoundWhileQueued(t *testing.T) {
 	a.Release("q", "first")
 	if !<-res {
 		t.Fatal("queued acquire of the same token through b failed")
+	}
+}
+
+// TestRedLockCollapsesOverProxies is RedLock over three proxies that share
+// a memory node: every client asks all three at once and needs two. Its
+// requests meet in one lock entry and recognise each other, so each
+// client's three requests take one place in the queue: nobody is inside
+// twice, and (with a wait budget that covers the queue ahead) every attempt
+// reaches quorum at once instead of splitting the votes.
+func TestRedLockCollapsesOverProxies(t *testing.T) {
+	ms := proxies(t, 1<<12, 3)
+	var inside, maxInside atomic.Int32
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for r := 0; r < 10; r++ {
+				tok := fmt.Sprintf("w%d-r%d", w, r)
+				var n atomic.Int32
+				var iw sync.WaitGroup
+				for _, m := range ms {
+					iw.Add(1)
+					go func(m *lockmap.Map) {
+						defer iw.Done()
+						if _, ok, err := m.Acquire(ctx(t), []string{"counter"}, tok, excl(5*time.Second, 2*time.Second)); err != nil {
+							t.Error(err)
+						} else if ok {
+							n.Add(1)
+						}
+					}(m)
+				}
+				iw.Wait()
+				if n.Load() >= 2 {
+					if in := inside.Add(1); in > maxInside.Load() {
+						maxInside.Store(in)
+					}
+					time.Sleep(100 * time.Microsecond)
+					inside.Add(-1)
+				} else {
+					failed.Add(1)
+				}
+				for _, m := range ms {
+					m.Release("counter", tok)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if maxInside.Load() > 1 {
+		t.Fatalf("%d clients held the RedLock at once", maxInside.Load())
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d of 60 attempts missed quorum although the budget covered the queue", failed.Load())
+	}
+	// Released pending places pass the lock on in the background; once
+	// they have, the key is free everywhere.
+	for _, m := range ms {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			in, _ := m.Lookup(ctx(t), "counter")
+			if in.State == lockmap.Free {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("key still %v 10s after every release", in.State)
+			}
+		}
 	}
 }

@@ -2,7 +2,6 @@ package lockmap
 
 import (
 	"context"
-	"encoding/binary"
 	"testing"
 	"time"
 
@@ -11,20 +10,12 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
-// TestOnlyConfirmedTagsMakeShadows: the owner word of a held entry names a
-// key and token. Only a confirmed tag (the holder's proxy granted it) may
-// make another proxy answer as if it held the key. A tag ShiftLock installed
-// as the lock reached a waiter whose client had already been told "no"
-// (an abandoned wait) must not.
-// heldElsewhere is key "k" held exclusively through a bare ShiftLock client
-// (proxy a), seen from the map of proxy b; the test writes a's owner word
-// itself.
+// heldElsewhere is key "k" held exclusively, with the owner tag of token
+// "tok", through a bare ShiftLock client (proxy a) that the test vouches for
+// by hand, seen from the map of proxy b.
 type heldElsewhere struct {
 	b *Map
 	g *shiftlock.Guard
-	// setOwner writes the holder's owner word; it reports errors with
-	// t.Error, so that a goroutine may call it.
-	setOwner func(uint64)
 }
 
 func holdElsewhere(t *testing.T) heldElsewhere {
@@ -37,53 +28,51 @@ func holdElsewhere(t *testing.T) heldElsewhere {
 	a := shiftlock.NewClient(epA, shiftlock.Config{OwnerTags: true})
 	b := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(epB, shiftlock.Config{OwnerTags: true})}}, Config{})
 	t.Cleanup(b.Close)
-	ctx := context.Background()
 	_, entry := b.Where("k")
-	g, err := a.AcquireExclusive(ctx, entry)
+	g, err := a.AcquireExclusiveTagged(context.Background(), entry, ownerTag("k", "tok"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	setOwner := func(w uint64) {
-		var buf [8]byte
-		binary.LittleEndian.PutUint64(buf[:], w)
-		if err := epA.Write(ctx, epA.Layout().OwnerAddr(entry), buf[:]); err != nil {
-			t.Error(err)
-		}
-	}
-	return heldElsewhere{b: b, g: g, setOwner: setOwner}
+	return heldElsewhere{b: b, g: g}
 }
 
-func TestOnlyConfirmedTagsMakeShadows(t *testing.T) {
+// TestOnlyVouchedHoldersMakeShadows: only a holder whose client was told it
+// holds the key (Vouch) may make another proxy answer as if it held the key
+// too. A holder nobody vouched for, such as a wait its client gave up on,
+// must not.
+func TestOnlyVouchedHoldersMakeShadows(t *testing.T) {
 	h := holdElsewhere(t)
-	b, g, setOwner, ctx := h.b, h.g, h.setOwner, context.Background()
-	tag := ownerTag("k", "tok")
-	setOwner(tag) // installed, not confirmed
-	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "tok", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}); ok {
-		t.Fatal("an unconfirmed tag produced a shadow")
+	b, g, ctx := h.b, h.g, context.Background()
+	defer func(d time.Duration) { tagGrace = d }(tagGrace)
+	tagGrace = 20 * time.Millisecond
+	opt := AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}
+	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "tok", opt); ok {
+		t.Fatal("an unvouched holder produced a shadow")
 	}
-	setOwner(confirmed(tag))
-	f, ok, err := b.Acquire(ctx, []string{"k"}, "tok", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute})
+	g.Vouch()
+	f, ok, err := b.Acquire(ctx, []string{"k"}, "tok", opt)
 	if !ok || err != nil {
-		t.Fatalf("a confirmed tag did not produce a shadow: %v %v", ok, err)
+		t.Fatalf("a vouched holder did not produce a shadow: %v %v", ok, err)
 	}
 	if f[0] != g.Token()+1 {
 		t.Fatalf("shadow fence %d, holder's %d", f[0], g.Token()+1)
 	}
-	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "other", AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}); ok {
+	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "other", opt); ok {
 		t.Fatal("another token got the key")
 	}
 	g.Release(ctx)
 }
 
-// TestTryOnlyWaitsForAFreshHoldersTag: a try-only acquire (no wait budget)
-// of the same key and token through a second proxy can arrive before the
-// holder's proxy has confirmed its tag. It gives an unconfirmed holder the
-// grace to confirm, and answers at once when another confirmed tag holds.
-func TestTryOnlyWaitsForAFreshHoldersTag(t *testing.T) {
+// TestTryOnlyWaitsForAFreshHolder: a try-only acquire (no wait budget) of
+// the same key and token through a second proxy can arrive before the
+// holder's proxy has told its client. It gives an unvouched holder of its
+// tag the grace to be vouched for, and is refused at once by a holder of
+// another tag.
+func TestTryOnlyWaitsForAFreshHolder(t *testing.T) {
 	defer func(g time.Duration) { tagGrace = g }(tagGrace)
-	tagGrace = 10 * time.Second // the test's writer must land inside it on any host
+	tagGrace = 10 * time.Second // the test's vouch must land inside it on any host
 	h := holdElsewhere(t)
-	b, setOwner, ctx := h.b, h.setOwner, context.Background()
+	b, ctx := h.b, context.Background()
 	defer h.g.Release(ctx)
 	try := func(token string) bool {
 		_, ok, err := b.Acquire(ctx, []string{"k"}, token, AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute})
@@ -92,25 +81,18 @@ func TestTryOnlyWaitsForAFreshHoldersTag(t *testing.T) {
 		}
 		return ok
 	}
-
-	// Another key's confirmed holder: refused without waiting for anything.
-	setOwner(confirmed(ownerTag("k", "someone-else")))
 	start := time.Now()
-	if try("tok") {
-		t.Fatal("a different confirmed tag gave a shadow")
+	if try("someone-else") {
+		t.Fatal("a different token got a shadow")
 	}
 	if time.Since(start) >= tagGrace {
-		t.Fatal("a refusal against a confirmed holder waited out the grace")
+		t.Fatal("a refusal by a holder of another tag waited out the grace")
 	}
-
-	// The holder is ours but not yet confirmed: the confirmation lands
-	// while the try waits, and the try answers as a shadow.
-	setOwner(0)
 	go func() {
 		time.Sleep(5 * time.Millisecond)
-		setOwner(confirmed(ownerTag("k", "tok")))
+		h.g.Vouch()
 	}()
 	if !try("tok") {
-		t.Fatal("the try-only acquire missed a confirmation that landed within its grace")
+		t.Fatal("the try-only acquire missed a vouch that landed within its grace")
 	}
 }

@@ -127,7 +127,7 @@ type Server struct {
 	log  *zap.Logger
 	ctrs rdma.Counters
 
-	locks, eras, nodes, owners *rdma.Memory
+	locks, eras, nodes *rdma.Memory
 
 	state []atomic.Uint32 // nodeState by NodeID; read on every verb by Admit
 
@@ -161,7 +161,6 @@ func New(cfg Config) *Server {
 		locks:   rdma.NewMemory(rdma.RegionLocks, "locks", cfg.Entries*16),
 		eras:    rdma.NewMemory(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
 		nodes:   rdma.NewMemory(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
-		owners:  rdma.NewMemory(rdma.RegionOwners, "owners", (cfg.Entries+1)/2*16),
 		state:   make([]atomic.Uint32, cfg.MaxNodes+1),
 		members: map[rdma.NodeID]*member{},
 		next:    1,
@@ -204,8 +203,6 @@ func (s *Server) Region(id rdma.RegionID) *rdma.Memory {
 		return s.eras
 	case rdma.RegionNodes:
 		return s.nodes
-	case rdma.RegionOwners:
-		return s.owners
 	}
 	return nil
 }
@@ -221,7 +218,7 @@ func (s *Server) SetProber(p rdma.Prober) {
 func (s *Server) layout() rdma.Layout {
 	return rdma.Layout{
 		Generation:        s.cfg.Generation,
-		Regions:           []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info(), s.owners.Info()},
+		Regions:           []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info()},
 		LockEntries:       s.cfg.Entries,
 		EraCount:          s.cfg.Eras,
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
@@ -567,10 +564,6 @@ func (s *Server) reset(req rdma.RecoverRequest, eraOff, entryOff uint64, before 
 		}
 	}
 	old, _ := s.locks.MaskedCAS128(entryOff, before, all, after, all)
-	if old == before {
-		// The reset entry has no holder, so it has no owner either.
-		_ = s.owners.Write(req.Entry*8, make([]byte, 8))
-	}
 	if old != before {
 		era, _ := s.eras.Load8(eraOff)
 		s.stats.RecoveriesRef.Add(1)

@@ -15,11 +15,6 @@ const (
 	// RegionNodes holds the node table: one NodeSlotSize slot per NodeID,
 	// where each node heartbeats with one-sided writes.
 	RegionNodes RegionID = 3
-	// RegionOwners holds one 8-byte owner tag per lock entry: a hash of the
-	// key and token of its exclusive holder, written by the holding proxy.
-	// Other proxies read it to recognise the same client asking again
-	// through them, as RedLock does across instances (docs/proxy.md).
-	RegionOwners RegionID = 4
 )
 
 // NodeSlotSize is the size of one node-table slot. Word 0 is the node's lease
@@ -83,9 +78,6 @@ func (l Layout) EraAddr(entry uint64) Addr {
 	}
 	return Addr{RegionEras, (entry % l.EraCount) * 8}
 }
-
-// OwnerAddr is the owner tag of lock entry i.
-func (l Layout) OwnerAddr(i uint64) Addr { return Addr{RegionOwners, i * 8} }
 
 // NodeSlotAddr is the node-table slot of node n.
 func (l Layout) NodeSlotAddr(n NodeID) Addr { return Addr{RegionNodes, uint64(n) * NodeSlotSize} }

@@ -226,8 +226,8 @@ func (s *Server) cmdInfo(st *connState, args [][]byte) {
 			}
 		}
 		st := d.Client.Stats()
-		locks = append(locks, fmt.Sprintf("memnode%d:addr=%s,node=%d,lease=%s,exclusive_grants=%d,shared_grants=%d,handovers=%d,mode_changes=%d,try_failures=%d,abandoned_waits=%d",
-			i, d.Name, d.Client.Node(), lease, st.ExclusiveGrants.Load(), st.SharedGrants.Load(), st.Handovers.Load(), st.ModeChanges.Load(), st.TryFailures.Load(), st.Abandoned.Load()))
+		locks = append(locks, fmt.Sprintf("memnode%d:addr=%s,node=%d,lease=%s,exclusive_grants=%d,shared_grants=%d,handovers=%d,mode_changes=%d,waits=%d,try_failures=%d,abandoned_waits=%d",
+			i, d.Name, d.Client.Node(), lease, st.ExclusiveGrants.Load(), st.SharedGrants.Load(), st.Handovers.Load(), st.ModeChanges.Load(), st.Waits.Load(), st.TryFailures.Load(), st.Abandoned.Load()))
 	}
 	if s.cfg.Info != nil {
 		locks = append(locks, s.cfg.Info()...)

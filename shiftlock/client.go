@@ -54,14 +54,13 @@ type Config struct {
 	// handovers and hides progress from failure detection. For measurements
 	// only; see docs/shiftlock.md.
 	NoHandoverBump bool
-	// OwnerTags keeps each entry's owner word (rdma.RegionOwners) in step
-	// with its exclusive holder: the tag a writer acquires with is in the
-	// owner word exactly while it holds. The proxy uses it to recognise a
-	// RedLock client asking through several proxies. The tag rides along
-	// with the protocol's own verbs: a releasing holder installs its
-	// successor's tag in the same batch as the handover, so a handover still
-	// costs one round trip. Off, no owner word is ever touched (G1: one
-	// atomic per acquire and per release, nothing else).
+	// OwnerTags turns on owner recognition (owner.go): exclusive writers
+	// may carry an owner tag, and a writer queued behind a vouched writer
+	// with its tag is told so by message, as is a failed try that asks the
+	// queue (QueryOwner). The proxy uses it to answer a RedLock client that
+	// asks several proxies on one memory node as separate Redis instances
+	// would. It costs no memory-node verb: an uncontended acquire and
+	// release stay one atomic each (G1).
 	OwnerTags bool
 
 	Logger *zap.Logger
@@ -118,6 +117,7 @@ type Client struct {
 	cfg    Config
 	log    *zap.Logger
 	inbox  rdma.Inbox
+	owners ownerTable
 	holds  holdTable
 	rpoll  [64]pollShard
 	stats  Stats
@@ -130,7 +130,7 @@ type Client struct {
 func NewClient(ep rdma.Endpoint, cfg Config) *Client {
 	cfg.defaults()
 	c := &Client{ep: ep, layout: ep.Layout(), cfg: cfg, log: cfg.Logger}
-	ep.Bind(c.inbox.Deliver)
+	ep.Bind(c.deliver)
 	ep.BindProbe(c.holds.probe)
 	return c
 }
@@ -141,7 +141,8 @@ func (c *Client) Endpoint() rdma.Endpoint { return c.ep }
 // Node is the client's NodeID.
 func (c *Client) Node() rdma.NodeID { return c.ep.Node() }
 
-// OwnerTags reports whether the client keeps owner words (Config.OwnerTags).
+// OwnerTags reports whether the client takes part in owner recognition
+// (Config.OwnerTags).
 func (c *Client) OwnerTags() bool { return c.cfg.OwnerTags }
 
 // Entries is the number of lock entries on the client's memory node.
@@ -203,7 +204,7 @@ func (c *Client) send(ctx context.Context, to Tail, m message, failed func(error
 	p := m.encode()
 	if to.Node == c.ep.Node() {
 		c.stats.LocalSends.Add(1)
-		if err := c.inbox.Deliver(rdma.Message{From: to.Node, To: to.Target, Payload: p}); err != nil && failed != nil {
+		if err := c.deliver(rdma.Message{From: to.Node, To: to.Target, Payload: p}); err != nil && failed != nil {
 			failed(err)
 		}
 		return
@@ -222,6 +223,7 @@ func (c *Client) send(ctx context.Context, to Tail, m message, failed func(error
 type Stats struct {
 	SharedGrants, ExclusiveGrants atomic.Uint64
 	Immediate                     atomic.Uint64 // grants with no wait at all
+	Waits                         atomic.Uint64 // acquisitions that had to wait (queued behind a writer, or for readers or an epoch)
 	Handovers                     atomic.Uint64 // writer-to-writer handovers sent
 	ModeChanges                   atomic.Uint64 // writer-to-readers transfers
 	TryFailures                   atomic.Uint64

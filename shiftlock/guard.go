@@ -2,6 +2,7 @@ package shiftlock
 
 import (
 	"context"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -28,7 +29,13 @@ type Guard struct {
 	c     *Client
 	entry uint64
 	mode  Mode
-	token uint64
+
+	mu      sync.Mutex // guards the fields below it when a guard is pending
+	token   uint64
+	done    bool // Release was called
+	pending bool // granted by owner recognition; the lock itself is still on its way
+	early   bool // released while pending: release the lock as soon as it arrives
+	lost    bool // a pending wait that ended without the lock (recovery, fabric failure)
 
 	// Writer state, passed along the queue (Algorithm 2's return values).
 	self    Tail
@@ -37,24 +44,44 @@ type Guard struct {
 	consWrt uint32 // writer grants in a row before this one
 	epoch   uint64 // the entry's epoch while this writer holds it
 	succ    Tail   // stashed Successor, if it arrived early
-	succTag uint64 // the owner tag the successor acquires with
 	hasSucc bool
-	tag     uint64 // this writer's owner tag (Config.OwnerTags)
+	tag     uint64 // this writer's owner tag (owner.go)
+	own     *owner // its recognition state (Config.OwnerTags)
+	same    bool   // a same-owner answer has arrived
 	granted uint8  // how the grant came: msgHandover, msgModeChanged, or 0
-	done    bool
+	waited  bool   // the acquisition had to wait for the lock
 }
+
+// Waited reports whether the acquisition had to wait: behind a writer, or
+// for readers to leave, or for its epoch.
+func (g *Guard) Waited() bool { return g.waited }
 
 // Token is the fencing token: RelCnt at the grant. It strictly increases per
 // entry from one exclusive grant to the next, and every shared grant's token
 // lies between those of the exclusive grants before and after it. Shared
-// grants of one read phase may share a value.
-func (g *Guard) Token() uint64 { return g.token }
+// grants of one read phase may share a value. A pending guard's token is the
+// one its owner's holding writer was granted; it becomes its own once the
+// lock arrives.
+func (g *Guard) Token() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.token
+}
 
 // Entry is the lock-table index of the lock.
 func (g *Guard) Entry() uint64 { return g.entry }
 
 // Mode is the mode the lock is held in.
 func (g *Guard) Mode() Mode { return g.mode }
+
+// Pending reports whether g was granted by owner recognition and still waits
+// in the queue for the lock itself: the lock is held by a writer with the
+// same owner, through another node or another slot (owner.go).
+func (g *Guard) Pending() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pending && !g.lost
+}
 
 // accept validates a message on the writer's slot; a Successor is stashed.
 func (g *Guard) accept(rm rdma.Message) (message, bool) {
@@ -65,7 +92,6 @@ func (g *Guard) accept(rm rdma.Message) (message, bool) {
 	}
 	if m.Kind == msgSuccessor {
 		g.succ = Tail{Node: rm.From, Target: rdma.Target(m.U32)}
-		g.succTag = m.Value
 		g.hasSucc = true
 	}
 	return m, true
@@ -73,11 +99,29 @@ func (g *Guard) accept(rm rdma.Message) (message, bool) {
 
 // Release gives the lock up: a reader with one atomic, a writer with one
 // atomic when nobody queued behind it, else by handing over to its successor.
+// Releasing a pending guard returns at once; its place in the queue is
+// passed on as soon as the lock reaches it.
 func (g *Guard) Release(ctx context.Context) error {
+	g.mu.Lock()
 	if g.done {
+		g.mu.Unlock()
 		return nil
 	}
 	g.done = true
+	// From the moment its owner lets go, the slot stops answering for it,
+	// even though passing the lock on may take a while yet.
+	g.letGo()
+	if g.pending {
+		g.early = !g.lost
+		g.mu.Unlock()
+		if g.early {
+			// Like an abandoned wait: the entry looks held until the lock
+			// has passed through this place in the queue.
+			g.c.holds.abandon(g.entry, 1)
+		}
+		return nil
+	}
+	g.mu.Unlock()
 	if g.mode == Shared {
 		return g.c.releaseShared(ctx, g)
 	}

@@ -43,3 +43,21 @@ func arrived(ctx context.Context) {
 		f()
 	}
 }
+
+type queueKey struct{}
+
+// WithQueueHook returns a context under which an acquisition that has to
+// wait (its enqueuing atomic found a holder, or readers to wait out) calls
+// hook first; the context hook returns governs the wait, and stop is called
+// when the wait is over. A proxy watches for a client that hangs up while
+// queued this way, without watching the acquisitions that never wait.
+func WithQueueHook(ctx context.Context, hook func(context.Context) (context.Context, func())) context.Context {
+	return context.WithValue(ctx, queueKey{}, hook)
+}
+
+func onQueue(ctx context.Context) (context.Context, func()) {
+	if hook, ok := ctx.Value(queueKey{}).(func(context.Context) (context.Context, func())); ok && hook != nil {
+		return hook(ctx)
+	}
+	return ctx, func() {}
+}

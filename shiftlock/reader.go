@@ -48,11 +48,15 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		return g, nil
 	}
 	c.holds.add(i, -1, 1)
+	g.waited = true
+	c.stats.Waits.Add(1)
 	rw := c.waitEpoch(i, e.Epoch(), e.RelCnt(), e.Tail().Node)
+	qctx, stop := onQueue(ctx)
+	defer stop()
 	var res readResult
 	select {
 	case res = <-rw.res:
-	case <-ctx.Done():
+	case <-qctx.Done():
 		if c.cfg.testEarlyReaderRelease {
 			// The broken variant: leave now. Our RdrCnt increment is undone
 			// and RelCnt counts a release, before our epoch came.
@@ -61,7 +65,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 			c.holds.add(i, 1, -1)
 			g.done = true
 			_ = c.releaseShared(ctx, g)
-			return nil, ctx.Err()
+			return nil, qctx.Err()
 		}
 		// We cannot leave before our epoch: finish in the background and
 		// release at once.
@@ -82,7 +86,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 				c.log.Warn("releasing abandoned shared lock", zap.Uint64("entry", i), zap.Error(err))
 			}
 		}()
-		return nil, ctx.Err()
+		return nil, qctx.Err()
 	}
 	if res.err != nil {
 		c.holds.add(i, 0, -1)

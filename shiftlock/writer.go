@@ -2,7 +2,6 @@ package shiftlock
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -24,15 +23,13 @@ func (c *Client) AcquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 	return c.AcquireExclusiveTagged(ctx, i, 0)
 }
 
-// AcquireExclusiveTagged is AcquireExclusive with an owner tag
-// (Config.OwnerTags). The tag travels in the Successor notification, and the
-// predecessor installs it in the owner word with its handover, at no extra
-// round trip. A writer granted any other way (an empty queue, after
-// readers) finds the word 0. Either way the tag in the owner word only says
-// that the lock has reached this waiter, not that the caller has been told:
-// a waiter abandoned by its caller still receives the lock, and releases it
-// at once. Callers that need "granted to my client" confirm it themselves
-// with Guard.SetOwner.
+// AcquireExclusiveTagged is AcquireExclusive with an owner tag (owner.go;
+// Config.OwnerTags). The tag travels in the Successor notification, at no
+// extra cost. If a writer ahead in the queue carries the same tag and has
+// been vouched for (Guard.Vouch), the call returns at once with a pending
+// guard (Guard.Pending): the lock is held by the same owner, and this
+// writer's place in the queue completes in the background. Tag 0 is an
+// untagged writer.
 func (c *Client) AcquireExclusiveTagged(ctx context.Context, i, tag uint64) (*Guard, error) {
 	if err := c.checkEntry(i); err != nil {
 		return nil, err
@@ -47,22 +44,28 @@ func (c *Client) AcquireExclusiveTagged(ctx context.Context, i, tag uint64) (*Gu
 	}
 }
 
-func (c *Client) openSlot(i uint64) (*Guard, error) {
+func (c *Client) openSlot(i, tag uint64) (*Guard, error) {
 	t, ch, err := c.inbox.Open()
 	if err != nil {
 		return nil, err
 	}
-	return &Guard{c: c, entry: i, mode: Exclusive, self: Tail{Node: c.ep.Node(), Target: t}, ch: ch}, nil
+	g := &Guard{c: c, entry: i, mode: Exclusive, self: Tail{Node: c.ep.Node(), Target: t}, ch: ch, tag: tag}
+	c.track(g, tag)
+	return g, nil
 }
 
-func (c *Client) closeSlot(g *Guard) { c.inbox.Close(g.self.Target) }
+func (c *Client) closeSlot(g *Guard) {
+	if g.own != nil {
+		c.owners.remove(g.self.Target)
+	}
+	c.inbox.Close(g.self.Target)
+}
 
 func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, error) {
-	g, err := c.openSlot(i)
+	g, err := c.openSlot(i, tag)
 	if err != nil {
 		return nil, err
 	}
-	g.tag = tag
 	addr := c.layout.EntryAddr(i)
 	c.holds.add(i, 1, 0) // may hold as soon as the CAS lands
 	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
@@ -80,21 +83,27 @@ func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, e
 	switch {
 	case !pred.IsZero():
 		c.holds.add(i, -1, 1)
+		g.queuedBehind(pred)
 		w := c.newWaiter(i, e.RelCnt(), pred.Node)
-		// The Successor notification carries our owner tag: the predecessor
-		// installs it with its handover, in the same round trip.
+		// The Successor notification carries our owner tag, which is all
+		// owner recognition needs (owner.go).
 		c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i, Value: tag}, func(err error) {
 			// The predecessor is gone: only recovery can unblock us.
 			c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
 			w.blockerDown.Store(true)
 		})
-		if err := c.waitHandover(ctx, g, w); err != nil {
+		g.waited = true
+		c.stats.Waits.Add(1)
+		qctx, stop := onQueue(ctx)
+		err := c.waitHandover(qctx, g, w)
+		stop()
+		if err != nil {
+			if errors.Is(err, errSameOwner) {
+				return g, nil // pending: the wait goes on in the background
+			}
 			return nil, err
 		}
 		c.holds.add(i, 1, -1)
-		if g.granted == msgModeChanged {
-			g.tag = 0 // after readers, nobody installed our tag
-		}
 	case e.Readers() != 0:
 		// Readers before us: we own the lock once each has released, i.e.
 		// once RelCnt has advanced by their number.
@@ -117,24 +126,33 @@ func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, e
 			g.curRel = target
 			return nil
 		}
-		err := finish(ctx)
+		g.waited = true
+		c.stats.Waits.Add(1)
+		qctx, stop := onQueue(ctx)
+		err := finish(qctx)
+		stop()
 		w.stop()
 		if err != nil {
-			return nil, c.abandonExclusive(ctx, g, w, err, finish)
+			return nil, c.abandonExclusive(qctx, g, w, err, finish)
 		}
 		c.holds.add(i, 1, -1)
-		g.tag = 0 // no predecessor installed our tag
 	default:
 		c.stats.Immediate.Add(1)
-		g.tag = 0
 	}
+	g.headOfQueue()
 	g.token = g.curRel
 	c.stats.ExclusiveGrants.Add(1)
 	return g, nil
 }
 
+// errSameOwner ends a queued writer's foreground wait when a vouched writer
+// ahead of it has its owner tag: the caller gets a pending guard.
+var errSameOwner = errors.New("shiftlock: the lock is held by the same owner")
+
 // waitHandover waits for the predecessor's Handover or ModeChanged and, for
-// a mode change, for the readers it let in to leave.
+// a mode change, for the readers it let in to leave. A same-owner answer
+// (owner.go) ends the foreground wait early with errSameOwner, and the rest
+// of the wait goes on in the background (pend).
 //
 // The wait is resumable: if the caller gives up half-way, the background
 // completion carries on from where it stopped rather than waiting again for
@@ -143,21 +161,78 @@ func (c *Client) waitHandover(ctx context.Context, g *Guard, w *waiter) error {
 	var got bool
 	var m message
 	finish := func(ctx context.Context) error {
-		if !got {
+		for !got {
 			var err error
 			if m, err = w.await(ctx, g); err != nil {
 				return err
 			}
-			got = true
+			if m.Kind != msgSameOwner {
+				got = true
+				break
+			}
+			if g.tag != 0 && !g.same {
+				// Only the first answer counts; later ones (another relay
+				// of the same question) are dropped.
+				g.same = true
+				g.mu.Lock()
+				g.token = m.Value
+				g.mu.Unlock()
+				return errSameOwner
+			}
 		}
 		return c.takeHandover(ctx, g, w, m)
 	}
 	err := finish(ctx)
+	if errors.Is(err, errSameOwner) {
+		c.pend(g, w, finish)
+		return err
+	}
 	w.stop()
 	if err != nil {
 		return c.abandonExclusive(ctx, g, w, err, finish)
 	}
 	return nil
+}
+
+// pend completes a pending guard's wait in the background. Once the lock
+// arrives, the guard holds it (or, if it was released meanwhile, passes it
+// on at once). If the wait fails instead (the entry was recovered, the
+// fabric failed), the place in the queue is gone and the guard stays
+// pending for good: its owner's hold elsewhere is not this guard's to end.
+func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
+	g.mu.Lock()
+	g.pending = true
+	g.mu.Unlock()
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		err := finish(context.Background())
+		w.stop()
+		g.mu.Lock()
+		early := g.early
+		if err != nil {
+			g.lost, g.early = true, false
+			g.mu.Unlock()
+			c.holds.add(g.entry, 0, -1)
+			c.closeSlot(g)
+			if early {
+				c.holds.abandon(g.entry, -1)
+			}
+			return
+		}
+		g.pending = false
+		g.token = g.curRel
+		g.mu.Unlock()
+		c.holds.add(g.entry, 1, -1)
+		g.headOfQueue()
+		c.stats.ExclusiveGrants.Add(1)
+		if early {
+			if err := c.releaseExclusive(context.Background(), g); err != nil {
+				c.log.Warn("releasing a pending lock released early", zap.Uint64("entry", g.entry), zap.Error(err))
+			}
+			c.holds.abandon(g.entry, -1)
+		}
+	}()
 }
 
 func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m message) error {
@@ -200,6 +275,8 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 	}
 	c.stats.Abandoned.Add(1)
 	c.holds.abandon(g.entry, 1)
+	g.same = true // nobody was told, so a same-owner answer now means nothing
+	g.letGo()
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
@@ -223,39 +300,24 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 // TryExclusive takes entry i as a writer only if it is free: one masked CAS
 // comparing TailPtr and RdrCnt with zero. It never waits.
 func (c *Client) TryExclusive(ctx context.Context, i uint64) (*Guard, bool, error) {
-	g, ok, _, _, err := c.TryExclusiveTagged(ctx, i)
+	g, ok, _, err := c.TryExclusiveTagged(ctx, i, 0)
 	return g, ok, err
 }
 
-// TryExclusiveTagged is TryExclusive for callers that keep owner words
-// (Config.OwnerTags): the CAS and a READ of the owner word go out in one
-// batch, so a failed try also returns the holder's owner word and the entry
-// (whose RelCnt is an exclusive holder's token), at no extra round trip. A
-// successful try leaves the owner word to the caller (Guard.SetOwner).
-func (c *Client) TryExclusiveTagged(ctx context.Context, i uint64) (g *Guard, ok bool, owner uint64, e Entry, err error) {
+// TryExclusiveTagged is TryExclusive with an owner tag (owner.go): a guard
+// it grants answers questions about the tag once vouched. A failed try
+// returns the entry it found, whose tail a caller may ask about its owner
+// (QueryOwner) and whose RelCnt is an exclusive holder's token.
+func (c *Client) TryExclusiveTagged(ctx context.Context, i, tag uint64) (g *Guard, ok bool, e Entry, err error) {
 	if err := c.checkEntry(i); err != nil {
-		return nil, false, 0, Entry{}, err
+		return nil, false, Entry{}, err
 	}
-	g, err = c.openSlot(i)
+	g, err = c.openSlot(i, tag)
 	if err != nil {
-		return nil, false, 0, Entry{}, err
+		return nil, false, Entry{}, err
 	}
 	c.holds.add(i, 1, 0)
-	cctx := context.WithoutCancel(ctx)
-	addr := c.layout.EntryAddr(i)
-	var old rdma.U128
-	if c.cfg.OwnerTags {
-		var ob [8]byte
-		var b rdma.Batch
-		ci := b.MaskedCAS128(addr, rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
-		b.Read(c.layout.OwnerAddr(i), ob[:])
-		if err = c.ep.Post(cctx, &b); err == nil {
-			err = b.FirstErr()
-		}
-		old, owner = b.Old(ci), binary.LittleEndian.Uint64(ob[:])
-	} else {
-		old, err = c.ep.MaskedCAS128(cctx, addr, rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
-	}
+	old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), c.layout.EntryAddr(i), rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
 	e = Entry(old)
 	if err != nil || !e.Free() {
 		c.holds.add(i, -1, 0)
@@ -263,49 +325,13 @@ func (c *Client) TryExclusiveTagged(ctx context.Context, i uint64) (g *Guard, ok
 		if err == nil {
 			c.stats.TryFailures.Add(1)
 		}
-		return nil, false, owner, e, err
+		return nil, false, e, err
 	}
 	g.curRel, g.epoch, g.token = e.RelCnt(), e.Epoch(), e.RelCnt()
+	g.headOfQueue()
 	c.stats.Immediate.Add(1)
 	c.stats.ExclusiveGrants.Add(1)
-	return g, true, 0, e, nil
-}
-
-// SetOwner writes the entry's owner word while g holds it (one round trip);
-// releases clear it, or hand it to the successor. Config.OwnerTags must be on.
-func (g *Guard) SetOwner(ctx context.Context, word uint64) error {
-	c := g.c
-	if !c.cfg.OwnerTags {
-		return errors.New("shiftlock: owner tags are off")
-	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], word)
-	if err := c.ep.Write(context.WithoutCancel(ctx), c.layout.OwnerAddr(g.entry), b[:]); err != nil {
-		return err
-	}
-	g.tag = word
-	return nil
-}
-
-// withOwner posts the atomic that add puts in a batch, preceded, with owner
-// tags on and something to change, by a WRITE of the owner word: the memory
-// node executes a batch in order, so the owner word changes hands exactly as
-// the lock does, in one round trip.
-func (c *Client) withOwner(ctx context.Context, g *Guard, owner uint64, add func(b *rdma.Batch) int) (rdma.U128, error) {
-	var b rdma.Batch
-	if c.cfg.OwnerTags && (owner != 0 || g.tag != 0) {
-		var ob [8]byte
-		binary.LittleEndian.PutUint64(ob[:], owner)
-		b.Write(c.layout.OwnerAddr(g.entry), ob[:])
-	}
-	i := add(&b)
-	if err := c.ep.Post(ctx, &b); err != nil {
-		return rdma.U128{}, err
-	}
-	if err := b.FirstErr(); err != nil {
-		return rdma.U128{}, err
-	}
-	return b.Old(i), nil
+	return g, true, e, nil
 }
 
 // releaseExclusive is Algorithm 3's WRITER-RELEASE.
@@ -326,13 +352,10 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 		// writing a RelCnt that would corrupt every later reader count.
 		cmp := g.self.value().Or(fRelCnt.Value(g.curRel)).Or(fEpoch.Value(g.epoch))
 		swap := fRelCnt.Value(g.curRel + 1).Or(fEpoch.Value(1 - g.epoch))
-		old, err := c.withOwner(ctx, g, 0, func(b *rdma.Batch) int {
-			return b.MaskedCAS128(addr, cmp, rdma.MaskOf(fTail, fRelCnt, fEpoch), swap, rdma.MaskOf(fTail, fRelCnt, fEpoch))
-		})
+		old, err := c.ep.MaskedCAS128(ctx, addr, cmp, rdma.MaskOf(fTail, fRelCnt, fEpoch), swap, rdma.MaskOf(fTail, fRelCnt, fEpoch))
 		if err != nil {
 			return err
 		}
-		g.tag = 0
 		e := Entry(old)
 		if e.Tail() == g.self {
 			if e.RelCnt() == g.curRel && e.Epoch() == g.epoch {
@@ -362,9 +385,7 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 		// Enough writers in a row: let the waiting readers in (§3.5). The
 		// FAA flips Epoch, counts our release, and tells us how many readers
 		// the successor must wait for.
-		old, err := c.withOwner(ctx, g, 0, func(b *rdma.Batch) int {
-			return b.MaskedFAA128(addr, fEpoch.Value(1).Or(fRelCnt.Value(1)), boundary)
-		})
+		old, err := c.ep.MaskedFAA128(ctx, addr, fEpoch.Value(1).Or(fRelCnt.Value(1)), boundary)
 		if err != nil {
 			return err
 		}
@@ -380,20 +401,11 @@ func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 	rel := g.curRel
 	if !c.cfg.NoHandoverBump {
 		// Algorithm 3 line 20: count the release so that RelCnt shows
-		// progress to failure detectors and fencing tokens stay unique. The
-		// successor's owner tag goes in with it.
-		if _, err := c.withOwner(ctx, g, g.succTag, func(b *rdma.Batch) int {
-			return b.MaskedFAA128(addr, fRelCnt.Value(1), boundary)
-		}); err != nil {
+		// progress to failure detectors and fencing tokens stay unique.
+		if _, err := c.ep.MaskedFAA128(ctx, addr, fRelCnt.Value(1), boundary); err != nil {
 			return err
 		}
 		rel++
-	} else if c.cfg.OwnerTags && (g.succTag != 0 || g.tag != 0) {
-		var ob [8]byte
-		binary.LittleEndian.PutUint64(ob[:], g.succTag)
-		if err := c.ep.Write(ctx, c.layout.OwnerAddr(g.entry), ob[:]); err != nil {
-			return err
-		}
 	}
 	c.stats.Handovers.Add(1)
 	return c.handTo(ctx, g, message{Kind: msgHandover, Entry: g.entry, U32: next, Value: rel, Flags: uint8(g.epoch<<1) & 2})

@@ -85,6 +85,7 @@ func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
 		counter("proxy_grants_shared_total", "Shared grants.", func(s *shiftlock.Stats) uint64 { return s.SharedGrants.Load() })
 		counter("proxy_handovers_total", "Writer-to-writer handovers sent.", func(s *shiftlock.Stats) uint64 { return s.Handovers.Load() })
 		counter("proxy_mode_changes_total", "Writer-to-readers transfers.", func(s *shiftlock.Stats) uint64 { return s.ModeChanges.Load() })
+		counter("proxy_waits_total", "Acquisitions that had to wait: queued behind a writer, or for readers or an epoch.", func(s *shiftlock.Stats) uint64 { return s.Waits.Load() })
 		counter("proxy_try_failures_total", "Try-locks (SET NX without waiting) that found the lock held.", func(s *shiftlock.Stats) uint64 { return s.TryFailures.Load() })
 		counter("proxy_local_handovers_total", "Notifications delivered in-process.", func(s *shiftlock.Stats) uint64 { return s.LocalSends.Load() })
 		counter("proxy_remote_handovers_total", "Notifications sent to other proxies.", func(s *shiftlock.Stats) uint64 { return s.RemoteSends.Load() })
