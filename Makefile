@@ -93,7 +93,8 @@ demo: deps
 	./scripts/demo.sh
 
 # The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
-# hotspot; 3 rounds), about 21 min. Results go to docs/benchmarks.md
+# hotspot; 3 rounds), with CPU per committed transaction of every process,
+# about 21 min. Results go to docs/benchmarks.md
 # ("## SmallBank") and docs/img/bank-*.png.
 bench-bank: deps
 	./scripts/bench-bank.sh
