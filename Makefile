@@ -67,10 +67,13 @@ chaos:
 	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/memnode ./cmd/chaos
 	$(BIN)/chaos -duration $(CHAOS_TIME) -doc docs/reliability.md
 
-# The proxy (embedded memory node) against a real redis-server, same run.
+# The proxy (embedded memory node) against a real redis-server, same run,
+# with CPU per operation of every process. More proxy targets:
+# PROXYBENCH_ARGS="-variant 'proxy-redcon=-frontend redcon'".
+PROXYBENCH_ARGS ?=
 bench-proxy: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/proxybench
-	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks.md
+	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks.md $(PROXYBENCH_ARGS)
 
 # The lock microbenchmark tool alone (`build` builds it too).
 .PHONY: lockbench bench-micro
@@ -90,7 +93,8 @@ demo: deps
 	./scripts/demo.sh
 
 # The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
-# hotspot; 3 rounds), about 21 min. Results go to docs/benchmarks.md
+# hotspot; 3 rounds), with CPU per committed transaction of every process,
+# about 21 min. Results go to docs/benchmarks.md
 # ("## SmallBank") and docs/img/bank-*.png.
 bench-bank: deps
 	./scripts/bench-bank.sh

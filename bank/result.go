@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -67,6 +68,15 @@ type Result struct {
 	Audit   Audit              `json:"audit"`
 	Errors  []string           `json:"errors,omitempty"` // the first few distinct ones
 	Extra   map[string]float64 `json:"extra,omitempty"`
+
+	// CPU is what each measured process spent over the measured window,
+	// the bank itself (RoleClient) first; empty if nothing was measured.
+	CPU []ProcessCPU `json:"cpu,omitempty"`
+	// CPUPerTxn is core-µs per committed transaction, summed by role.
+	CPUPerTxn map[string]float64 `json:"cpu_us_per_txn,omitempty"`
+	// MachineBusy is how many cores the whole machine kept busy on
+	// average over the window, other users' processes included.
+	MachineBusy float64 `json:"machine_busy_cores,omitempty"`
 }
 
 // Series is the locker with its number of lock servers where that varies
@@ -114,7 +124,8 @@ func (r *Result) Hist() *hdrhistogram.Histogram {
 // CSVHeader and CSVRow give one line per run.
 var CSVHeader = []string{"started", "label", "run", "series", "locker", "servers", "mix", "skew", "accounts", "clients", "writes",
 	"duration_s", "goodput", "committed", "declined", "aborts", "errors", "dropped", "p50_us", "p99_us", "p999_us",
-	"audit_ok", "mismatch_cents", "negative_savings"}
+	"audit_ok", "mismatch_cents", "negative_savings",
+	"cpu_client_us_per_txn", "cpu_data_us_per_txn", "cpu_lock_us_per_txn", "cpu_processes_us_per_txn", "machine_busy_cores"}
 
 func (r *Result) CSVRow() []string {
 	i := func(x int64) string { return strconv.FormatInt(x, 10) }
@@ -123,5 +134,32 @@ func (r *Result) CSVRow() []string {
 		strconv.FormatFloat(r.Duration.Seconds(), 'f', -1, 64), strconv.FormatFloat(r.Goodput, 'f', 1, 64),
 		i(r.All.Committed), i(r.All.Declined), i(r.All.Aborts), i(r.All.Errors), i(r.Dropped),
 		i(r.All.P50), i(r.All.P99), i(r.All.P999),
-		strconv.FormatBool(r.Audit.OK), i(r.Audit.Mismatch), strconv.Itoa(r.Audit.After.NegativeSavings)}
+		strconv.FormatBool(r.Audit.OK), i(r.Audit.Mismatch), strconv.Itoa(r.Audit.After.NegativeSavings),
+		r.roleCPU(RoleClient), r.roleCPU(RoleData), r.roleCPU(RoleLock), r.processCPU(), r.busy()}
+}
+
+// The CPU columns are empty when the run measured nothing, and a role's
+// when no process of it was measured.
+func (r *Result) roleCPU(role string) string {
+	v, ok := r.CPUPerTxn[role]
+	if !ok {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// processCPU is "role:name=µs" for every measured process, space-separated.
+func (r *Result) processCPU() string {
+	parts := make([]string, len(r.CPU))
+	for i, p := range r.CPU {
+		parts[i] = p.Role + ":" + p.Name + "=" + strconv.FormatFloat(p.PerTxn, 'f', 2, 64)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (r *Result) busy() string {
+	if len(r.CPU) == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(r.MachineBusy, 'f', 2, 64)
 }

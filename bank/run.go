@@ -40,6 +40,9 @@ type RunConfig struct {
 	// Progress, if set, is called about once a second with the time since
 	// the start and the transactions committed so far.
 	Progress func(elapsed time.Duration, committed int64)
+	// CPU are the servers whose CPU the run measures over its window,
+	// next to the bank process itself.
+	CPU []Process
 }
 
 // drainLimit bounds how long a run waits, after its window, for the
@@ -107,6 +110,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	defer stopAt.Stop()
 	drain := time.AfterFunc(time.Until(to)+drainLimit, stopLocks)
 	defer drain.Stop()
+	cpu := startCPUMeter(ctx, cfg.CPU, from, to)
 	var committed atomic.Int64
 	clients := make([]*client, cfg.Clients)
 	var wg sync.WaitGroup
@@ -176,6 +180,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	res.All.fill(all)
 	res.All.Hist = all.Export()
 	res.Goodput = float64(res.All.Committed) / cfg.Duration.Seconds()
+	cpu.fill(res)
 
 	after, err := Scan(context.WithoutCancel(ctx), cfg.Data, cfg.Accounts)
 	if err != nil {

@@ -13,10 +13,13 @@
 #
 # Every round runs each configuration once, in a rotated order, so that the
 # load other users put on the machine spreads over all series; the report
-# takes medians over rounds and ratios within a round.
+# takes medians over rounds and ratios within a round. Every run measures
+# the CPU of the bank process, the data redis-server and the series' lock
+# servers over its window (bank run -cpu).
 #
 # Knobs: RUNS (3), ACCOUNTS (1000000), DURATION (10s), WARMUP (3s),
-# CLIENTS (64), SKEWS, HOTSPOT, OUT (out/bench-bank).
+# CLIENTS (64), SKEWS, HOTSPOT, SERIES, MOBILE_SERIES, OUT (out/bench-bank),
+# DOC (docs/benchmarks.md), IMG (docs/img).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,16 +47,16 @@ t0=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/bank || exit 1
 
-start_redis || exit 1; DATA=$ADDR
-LOCKS=()
-for _ in 1 2 3; do start_redis || exit 1; LOCKS+=("$ADDR"); done
-start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics "" || exit 1; MEMNODE=$ADDR
-PROXIES=()
+start_redis || exit 1; DATA=$ADDR; DATA_PID=$PID
+LOCKS=(); LOCK_PIDS=()
+for _ in 1 2 3; do start_redis || exit 1; LOCKS+=("$ADDR"); LOCK_PIDS+=("$PID"); done
+start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics "" || exit 1; MEMNODE=$ADDR; MEMNODE_PID=$PID
+PROXIES=(); PROXY_PIDS=()
 for i in 1 2 3; do
 	start_listener "proxy$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn || exit 1
-	PROXIES+=("$ADDR")
+	PROXIES+=("$ADDR"); PROXY_PIDS+=("$PID")
 done
-start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn || exit 1; EMBEDDED=$ADDR
+start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn || exit 1; EMBEDDED=$ADDR; EMBEDDED_PID=$PID
 echo "bench-bank: data $DATA, lock redis ${LOCKS[*]}, memnode $MEMNODE, proxies ${PROXIES[*]}, embedded $EMBEDDED"
 
 load_t0=$(date +%s)
@@ -73,6 +76,18 @@ series_args() { # series -> bank run flags
 	esac
 }
 
+series_cpu() { # series -> bank run -cpu flags: the data redis-server and the series' lock servers
+	echo "-cpu data:redis=$DATA_PID"
+	case $1 in
+	redlock-1) echo "-cpu lock:redis=${LOCK_PIDS[0]}" ;;
+	redlock-3) echo "-cpu lock:redis1=${LOCK_PIDS[0]} -cpu lock:redis2=${LOCK_PIDS[1]} -cpu lock:redis3=${LOCK_PIDS[2]}" ;;
+	proxy) echo "-cpu lock:proxy=${PROXY_PIDS[0]} -cpu lock:memnode=$MEMNODE_PID" ;;
+	proxy-3) echo "-cpu lock:proxy1=${PROXY_PIDS[0]} -cpu lock:proxy2=${PROXY_PIDS[1]} -cpu lock:proxy3=${PROXY_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
+	proxy-embedded) echo "-cpu lock:proxy=$EMBEDDED_PID" ;;
+	native) echo "-cpu lock:memnode=$MEMNODE_PID" ;;
+	esac
+}
+
 failed=0
 n=0
 one() { # mix skew series run
@@ -81,7 +96,7 @@ one() { # mix skew series run
 	n=$((n + 1))
 	# shellcheck disable=SC2046
 	if bin/bank run -redis "$DATA" -mix "$mix" -skew "$skew" -clients "$CLIENTS" -warmup "$WARMUP" -duration "$DURATION" \
-		-run "$r" -quiet -out "$file" -csv "$OUT/runs.csv" $(series_args "$s") >"$LOGS/last.out" 2>&1; then
+		-run "$r" -quiet -out "$file" -csv "$OUT/runs.csv" $(series_args "$s") $(series_cpu "$s") >"$LOGS/last.out" 2>&1; then
 		:
 	elif [ "$s" != none ]; then
 		failed=$((failed + 1))
@@ -126,6 +141,13 @@ Transactions whose locks could not be had are retried (up to 4 attempts, latency
 that gave up. Hotspot: \`$HOTSPOT\` (0.01% of the accounts, i.e. 100, get 90% of the draws). Hot accounts are scattered
 over the account numbers (bank.Generator), so the ascending lock order takes a transaction's hot lock first or second
 with even odds.
+
+CPU per committed transaction is user + system time over the measured window (\`/proc/PID/stat\` for the servers,
+\`getrusage\` for the bank process), divided by the transactions committed in it (\`bank run -cpu\`). The lock side sums
+the series' lock server processes: the redis-server(s) for redlock, the proxy or proxies and the \`memnode\` for proxy and
+proxy-3, the one process for proxy-embedded, the \`memnode\` for native (whose lock client runs in the bank process). On
+a shared machine this figure holds up under other users' load where goodput does not; "machine busy" is how many of
+the $(nproc) cores all processes on the machine, other users' included, kept busy meanwhile.
 HDR
 bin/bank report -in "$OUT" -img "$IMG" -doc "$DOC" -header "$OUT/header.md" -notes cmd/bank/bench-notes.md -targets || exit 1
 echo "bench-bank: $n runs in $((elapsed / 60))m$((elapsed % 60))s; $failed failed audits; see $DOC (## SmallBank) and $IMG/bank-*.png"

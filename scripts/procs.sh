@@ -2,7 +2,9 @@
 # bench-bank.sh): start redis-servers and the project's daemons, remember
 # their PIDs, and stop them all when the script exits. The caller sets LOGS
 # (a directory for their output) before starting anything. Functions return
-# non-zero on failure; callers decide whether that ends the script.
+# non-zero on failure; callers decide whether that ends the script. Each
+# start sets ADDR (where it listens) and PID (its process, e.g. for
+# bank run -cpu).
 
 PIDS=()
 stop_all() {
@@ -28,20 +30,22 @@ wait_port() {
 	return 1
 }
 
-start_redis() { # sets ADDR
+start_redis() { # sets ADDR and PID
 	local port
 	port=$(free_port)
 	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$LOGS/redis-$port.log" 2>&1 &
-	PIDS+=($!)
+	PID=$!
+	PIDS+=("$PID")
 	wait_port "$port" || return 1
 	ADDR=127.0.0.1:$port
 }
 
-start_listener() { # name, command...; sets ADDR from its "listening on ADDR" line
+start_listener() { # name, command...; sets ADDR from its "listening on ADDR" line, and PID
 	local name=$1
 	shift
 	"$@" >"$LOGS/$name.out" 2>"$LOGS/$name.err" &
-	PIDS+=($!)
+	PID=$!
+	PIDS+=("$PID")
 	for _ in $(seq 300); do
 		ADDR=$(sed -n 's/.* listening on \([^ ]*\)$/\1/p' "$LOGS/$name.out" | head -1)
 		[ -n "$ADDR" ] && return 0

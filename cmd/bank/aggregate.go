@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,13 +107,22 @@ func mixRank(m string) int {
 	return 1
 }
 
-// med is the median over g's runs of series s of f.
-func (g *group) med(s string, f func(*bank.Result) float64) float64 {
+// medOK is the median over g's runs of series s of f, NaN (not measured)
+// left out; ok is false if no run measured it.
+func (g *group) medOK(s string, f func(*bank.Result) float64) (m float64, ok bool) {
 	var xs []float64
 	for _, r := range g.runs[s] {
-		xs = append(xs, f(r))
+		if x := f(r); !math.IsNaN(x) {
+			xs = append(xs, x)
+		}
 	}
-	return stats.Median(xs)
+	return stats.Median(xs), len(xs) > 0
+}
+
+// med is medOK without ok: 0 if nothing was measured.
+func (g *group) med(s string, f func(*bank.Result) float64) float64 {
+	m, _ := g.medOK(s, f)
+	return m
 }
 
 // ratios are f(a)/f(b) for every run number both series have: measured in
@@ -121,8 +131,8 @@ func (g *group) ratios(a, b string, f func(*bank.Result) float64) []float64 {
 	var out []float64
 	for _, ra := range g.runs[a] {
 		for _, rb := range g.runs[b] {
-			if ra.Run == rb.Run && f(rb) != 0 {
-				out = append(out, f(ra)/f(rb))
+			if x, y := f(ra), f(rb); ra.Run == rb.Run && y != 0 && !math.IsNaN(x) && !math.IsNaN(y) {
+				out = append(out, x/y)
 			}
 		}
 	}
@@ -146,5 +156,53 @@ func goodput(r *bank.Result) float64 { return r.Goodput }
 func p50(r *bank.Result) float64     { return float64(r.All.P50) }
 func p99(r *bank.Result) float64     { return float64(r.All.P99) }
 func p999(r *bank.Result) float64    { return float64(r.All.P999) }
+
+// roleCPU is a role's core-µs per committed transaction, NaN if the run
+// measured no process of that role (old results, or none on the lock side).
+func roleCPU(role string) func(*bank.Result) float64 {
+	return func(r *bank.Result) float64 {
+		if v, ok := r.CPUPerTxn[role]; ok {
+			return v
+		}
+		return math.NaN()
+	}
+}
+
+var lockCPU = roleCPU(bank.RoleLock)
+
+// procCPU is one process's core-µs per committed transaction, NaN if the
+// run did not measure it.
+func procCPU(role, name string) func(*bank.Result) float64 {
+	return func(r *bank.Result) float64 {
+		for _, p := range r.CPU {
+			if p.Role == role && p.Name == name {
+				return p.PerTxn
+			}
+		}
+		return math.NaN()
+	}
+}
+
+// busy is the machine's busy cores over a run's window, NaN if unmeasured.
+func busy(r *bank.Result) float64 {
+	if len(r.CPU) == 0 {
+		return math.NaN()
+	}
+	return r.MachineBusy
+}
+
+// lockProcs are the names of the lock processes series s measured, in the
+// order its runs list them.
+func (g *group) lockProcs(s string) []string {
+	var names []string
+	for _, r := range g.runs[s] {
+		for _, p := range r.CPU {
+			if p.Role == bank.RoleLock && !slices.Contains(names, p.Name) {
+				names = append(names, p.Name)
+			}
+		}
+	}
+	return names
+}
 
 func mustMkdir(dir string) error { return os.MkdirAll(dir, 0o755) }

@@ -3,10 +3,12 @@
 // shiftlock-proxy, the native ShiftLock client, and no locks.
 //
 //	bank load   -redis 127.0.0.1:6379 -accounts 1000000
-//	bank run    -redis 127.0.0.1:6379 -locker proxy -proxy 127.0.0.1:6380 -skew zipf:0.99 -duration 30s
+//	bank run    -redis 127.0.0.1:6379 -locker proxy -proxy 127.0.0.1:6380 -skew zipf:0.99 -duration 30s \
+//	            -cpu data:redis=$REDIS_PID -cpu lock:proxy=$PROXY_PID
 //	bank report -in out/bank -img docs/img -doc docs/benchmarks.md
 //
-// run prints goodput and latency percentiles per transaction type, audits
+// run prints goodput and latency percentiles per transaction type, the CPU
+// per committed transaction of itself and of every -cpu process, audits
 // the money, and exits 1 if the audit fails (except for the none locker,
 // whose audit is expected to fail). See bank's package documentation for the
 // schema and the locking rules.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/bank"
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 // errAudit: the run finished but its audit failed (already reported).
@@ -30,6 +32,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	as := fs.String("as", "", "series name in the results instead of the locker's (e.g. proxy-embedded)")
 	runIdx := fs.Int("run", 0, "run number stored with the result (report pairs runs by it for same-run ratios)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	var cpu cpuFlag
+	fs.Var(&cpu, "cpu", "measure a server's CPU over the window: role:name=PID, role data (the bank's redis-server) or lock (repeatable; the bank process is always measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +76,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	rc := bank.RunConfig{Data: rdb, Locker: locker, Servers: servers, Mix: mix, MixName: cfg.Mix, Dist: dist, Skew: cfg.Skew,
 		Accounts: accounts, Clients: cfg.Clients, Warmup: cfg.Warmup, Duration: cfg.Duration, Writes: writes,
-		Seed: cfg.Seed, Attempts: cfg.Attempts}
+		Seed: cfg.Seed, Attempts: cfg.Attempts, CPU: cpu}
 	name := cfg.Locker
 	if servers > 1 {
 		name = fmt.Sprintf("%s (%d servers)", cfg.Locker, servers)
@@ -106,6 +110,32 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
+// cpuFlag is the repeatable -cpu role:name=PID.
+type cpuFlag []bank.Process
+
+func (f *cpuFlag) String() string {
+	parts := make([]string, len(*f))
+	for i, p := range *f {
+		parts[i] = fmt.Sprintf("%s:%s=%d", p.Role, p.Name, p.PID)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (f *cpuFlag) Set(v string) error {
+	spec, pidText, ok := strings.Cut(v, "=")
+	role, name, _ := strings.Cut(spec, ":")
+	pid, err := strconv.Atoi(pidText)
+	if !ok || err != nil || pid <= 0 || name == "" || (role != bank.RoleData && role != bank.RoleLock) {
+		return fmt.Errorf("want data:NAME=PID or lock:NAME=PID, got %q", v)
+	}
+	// A wrong PID should fail the run now, not leave a hole in the report.
+	if _, err := procutil.ProcCPU(pid); err != nil {
+		return fmt.Errorf("%s: %w", v, err)
+	}
+	*f = append(*f, bank.Process{Role: role, Name: name, PID: pid})
+	return nil
+}
+
 func appendCSV(path string, r *bank.Result) error {
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -123,6 +153,24 @@ func appendCSV(path string, r *bank.Result) error {
 		return err
 	}
 	return f.Close()
+}
+
+// cpuSummary is each role's CPU per transaction with its processes:
+// "client 61.2 (bank), lock 45.0 (proxy 30.0 + memnode 15.0)".
+func cpuSummary(r *bank.Result) string {
+	var parts []string
+	for _, role := range []string{bank.RoleClient, bank.RoleData, bank.RoleLock} {
+		var procs []string
+		for _, p := range r.CPU {
+			if p.Role == role {
+				procs = append(procs, fmt.Sprintf("%s %.1f", p.Name, p.PerTxn))
+			}
+		}
+		if len(procs) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f (%s)", role, r.CPUPerTxn[role], strings.Join(procs, " + ")))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func ms(us int64) string { return fmt.Sprintf("%.2f", float64(us)/1000) }
@@ -153,6 +201,9 @@ func printResult(w io.Writer, r *bank.Result) {
 		for _, p := range a.Problems {
 			fmt.Fprintf(w, "  - %s\n", p)
 		}
+	}
+	if len(r.CPU) > 0 {
+		fmt.Fprintf(w, "CPU per committed transaction (core-µs): %s; the machine kept %.2f cores busy\n", cpuSummary(r), r.MachineBusy)
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "error: %s\n", e)

@@ -9,23 +9,33 @@
 //     holding the lock briefly: acquisitions per second, time to acquire
 //     (p50, p99, max), failures, and fairness (acquisitions per client).
 //
-// Workload 2 also runs on a null server (nullserver.go): the proxy's RESP
-// front end answering without locking, the ceiling of the proxy's ratio.
+// Every workload also reports CPU per operation (per cycle, or per
+// acquisition on the hot key) of the server process and of proxybench
+// itself, which runs the clients, from /proc over the measured window: on a
+// shared machine that figure holds up under other users' load, and rates do
+// not.
+//
+// Each -variant starts one more proxy with extra flags, measured as one
+// more target everywhere. Workload 2 also runs on two null servers
+// (nullserver.go): RESP front ends answering without locking, on redcon and
+// on gnet, the ceiling of the proxy's ratio.
 //
 // Targets are run alternately, several times, and the report gives medians
-// and same-run ratios. With -doc it rewrites its section of
-// docs/benchmarks.md.
+// and same-run ratios, and judges issue 11's targets. With -doc it rewrites
+// its section of docs/benchmarks.md.
 //
-//	proxybench -proxy-bin bin/proxy -runs 3 -doc docs/benchmarks.md
+//	proxybench -proxy-bin bin/proxy -runs 3 -variant 'proxy-gnet=-frontend gnet' -doc docs/benchmarks.md
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -39,90 +49,99 @@ func main() {
 	proxyBin := flag.String("proxy-bin", "bin/proxy", "proxy binary to start")
 	redisBin := flag.String("redis-bin", "redis-server", "redis-server binary to start")
 	runs := flag.Int("runs", 3, "runs of every workload on each target")
-	cycles := flag.Int("latency-cycles", 5000, "acquire-release pairs for the latency workload")
+	cycles := flag.Int("latency-cycles", 20000, "acquire-release pairs for the latency workload (enough for /proc's 10 ms CPU ticks)")
 	clients := flag.Int("clients", 50, "clients for the throughput and hot-key workloads")
 	tput := flag.Duration("throughput-time", 5*time.Second, "duration of the distinct-keys workload")
 	hot := flag.Duration("hot-time", 15*time.Second, "duration of the hot-key workload")
 	hold := flag.Duration("hold", time.Millisecond, "time a hot-key client holds the lock")
 	doc := flag.String("doc", "", "rewrite the proxy section of this Markdown file")
-	proxyArgs := flag.String("proxy-args", "", "extra proxy flags, space-separated (e.g. -cpuprofile /tmp/p.out)")
+	proxyArgs := flag.String("proxy-args", "", "extra flags of the proxy target (not of variants), space-separated (e.g. -cpuprofile /tmp/p.out)")
+	var variants variantList
+	flag.Var(&variants, "variant", "'name=extra proxy flags': one more proxy target with these flags (repeatable)")
 	hotOnly := flag.Bool("hot-only", false, "run only the hot-key workload and print its runs (no report)")
-	nullAddr := flag.String("serve-null", "", "serve as the null server on this address (used by proxybench itself)")
+	nullLoops := flag.Int("null-loops", 1, "event loops of the gnet null server")
+	nullAddr := flag.String("serve-null", "", "serve as a null server on this address (used by proxybench itself)")
+	nullKind := flag.String("null-kind", "redcon", "with -serve-null: redcon or gnet")
 	flag.Parse()
 	if *nullAddr != "" {
-		fail(serveNull(*nullAddr))
+		fail(serveNull(*nullKind, *nullAddr, *nullLoops))
 	}
 
 	ctx := context.Background()
-	redis, err := startRedis(*redisBin)
-	if err != nil {
-		fail(err)
-	}
-	defer redis.stop()
-	proxy, err := startProxy(*proxyBin, strings.Fields(*proxyArgs))
-	if err != nil {
-		fail(err)
-	}
-	defer proxy.stop()
-	var null *proc
-	if !*hotOnly {
-		if null, err = startNull(); err != nil {
-			fail(err)
+	defer stopAll()
+	var targets, nulls []*target
+	add := func(list *[]*target, name, note string, p *proc, err error) {
+		if err != nil {
+			fail(fmt.Errorf("starting %s: %w", name, err))
 		}
-		defer null.stop()
+		*list = append(*list, &target{name: name, note: note, proc: p})
 	}
-	targets := []target{{"redis", redis}, {"proxy", proxy}}
+	p, err := startRedis(*redisBin)
+	add(&targets, "redis", "", p, err)
+	p, err = startProxy(*proxyBin, strings.Fields(*proxyArgs))
+	add(&targets, "proxy", *proxyArgs, p, err)
+	for _, v := range variants {
+		p, err := startProxy(*proxyBin, v.args)
+		add(&targets, v.name, strings.Join(v.args, " "), p, err)
+	}
+	if !*hotOnly {
+		for _, k := range nullKinds {
+			p, err := startNull(k, *nullLoops)
+			add(&nulls, "null "+k, "", p, err)
+		}
+	}
 
-	var lat [2][]latencyResult
-	var thr [2][]tputResult
-	var nullThr []tputResult
-	var hk [2][]hotResult
+	busy0, t0 := procutil.MachineBusy(), time.Now()
 	for r := 0; r < *runs; r++ {
-		for i, t := range targets {
+		for _, t := range targets {
 			if *hotOnly {
-				h, err := hotKey(ctx, t.addr, *clients, *hot, *hold)
+				h, err := hotKey(ctx, t.proc, *clients, *hot, *hold)
 				if err != nil {
 					fail(err)
 				}
-				fmt.Printf("run %d %s: %.0f acq/s, p50 %v p99 %v max %v, per client %d..%d, failures %d, unlock-to-next-lock p50 %v\n",
-					r+1, t.name, h.rate, h.p50, h.p99, h.max, h.perClient[0], h.perClient[len(h.perClient)-1], h.failures, h.gap)
+				fmt.Printf("run %d %s: %.0f acq/s, p50 %v p99 %v max %v, per client %d..%d, failures %d, unlock-to-next-lock p50 %v, CPU per acquisition %v server + %v proxybench\n",
+					r+1, t.name, h.rate, h.p50, h.p99, h.max, h.perClient[0], h.perClient[len(h.perClient)-1], h.failures, h.gap, h.cpu.server, h.cpu.gen)
 				continue
 			}
 			fmt.Fprintf(os.Stderr, "run %d/%d %s: latency...", r+1, *runs, t.name)
-			l, err := latency(ctx, t.addr, *cycles)
+			l, err := latency(ctx, t.proc, *cycles)
 			if err != nil {
 				fail(err)
 			}
-			lat[i] = append(lat[i], l)
+			t.lat = append(t.lat, l)
 			fmt.Fprintf(os.Stderr, " p50 %v; throughput...", l.p50)
 			th, err := throughput(ctx, t.proc, *clients, *tput)
 			if err != nil {
 				fail(err)
 			}
-			thr[i] = append(thr[i], th)
+			t.thr = append(t.thr, th)
 			fmt.Fprintf(os.Stderr, " %.0f/s; hot key...", th.rate)
-			h, err := hotKey(ctx, t.addr, *clients, *hot, *hold)
+			h, err := hotKey(ctx, t.proc, *clients, *hot, *hold)
 			if err != nil {
 				fail(err)
 			}
-			hk[i] = append(hk[i], h)
+			t.hot = append(t.hot, h)
 			fmt.Fprintf(os.Stderr, " %.0f acq/s, max %v\n", h.rate, h.max)
 		}
-		if *hotOnly {
-			continue
+		for _, t := range nulls {
+			fmt.Fprintf(os.Stderr, "run %d/%d %s: throughput...", r+1, *runs, t.name)
+			th, err := throughput(ctx, t.proc, *clients, *tput)
+			if err != nil {
+				fail(err)
+			}
+			t.thr = append(t.thr, th)
+			fmt.Fprintf(os.Stderr, " %.0f/s\n", th.rate)
 		}
-		fmt.Fprintf(os.Stderr, "run %d/%d null server: throughput...", r+1, *runs)
-		th, err := throughput(ctx, null, *clients, *tput)
-		if err != nil {
-			fail(err)
-		}
-		nullThr = append(nullThr, th)
-		fmt.Fprintf(os.Stderr, " %.0f/s\n", th.rate)
 	}
 	if *hotOnly {
 		return
 	}
-	report := render(targets, lat, thr, nullThr, hk, *runs, *clients, *hold, redisVersion(*redisBin))
+	busy := -1.0
+	if b1 := procutil.MachineBusy(); busy0 >= 0 && b1 >= 0 {
+		busy = float64(b1-busy0) / float64(time.Since(t0))
+	}
+	report := render(reportInput{targets: targets, nulls: nulls, runs: *runs, clients: *clients, hold: *hold,
+		nullLoops: *nullLoops, redisVer: redisVersion(*redisBin), busyCores: busy})
 	fmt.Println(report)
 	if *doc != "" {
 		if err := docsection.Replace(*doc, "Benchmarks", "proxy", report); err != nil {
@@ -131,14 +150,61 @@ func main() {
 	}
 }
 
+// variant is a proxy target started with extra flags.
+type variant struct {
+	name string
+	args []string
+}
+
+// variantList is the repeatable -variant flag.
+type variantList []variant
+
+func (l *variantList) String() string {
+	var parts []string
+	for _, v := range *l {
+		parts = append(parts, v.name+"="+strings.Join(v.args, " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (l *variantList) Set(s string) error {
+	name, args, ok := strings.Cut(s, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || strings.ContainsAny(name, "|` ") {
+		return errors.New("want name=flags, the name without spaces, | or `")
+	}
+	if name == "redis" || name == "proxy" || strings.HasPrefix(name, "null") ||
+		slices.ContainsFunc(*l, func(v variant) bool { return v.name == name }) {
+		return fmt.Errorf("target name %q is taken", name)
+	}
+	*l = append(*l, variant{name: name, args: strings.Fields(args)})
+	return nil
+}
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "proxybench:", err)
+	stopAll()
 	os.Exit(1)
 }
 
+// started are the servers this process started, to stop on every way out.
+var started []*proc
+
+func stopAll() {
+	for _, p := range started {
+		p.stop()
+	}
+	started = nil
+}
+
+// target is a server under test and its results, run by run.
 type target struct {
 	name string
+	note string // the extra flags it was started with
 	*proc
+	lat []latencyResult
+	thr []tputResult
+	hot []hotResult
 }
 
 type proc struct {
@@ -159,7 +225,9 @@ func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*
 	if fixedAddr != "" {
 		a = fixedAddr
 	}
-	return &proc{cmd: cmd, addr: a}, nil
+	p := &proc{cmd: cmd, addr: a}
+	started = append(started, p)
+	return p, nil
 }
 
 func startProxy(bin string, extra []string) (*proc, error) {

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -13,49 +17,150 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
-// TestNullServer: the ceiling is only a ceiling if the workload runs on it
-// exactly as on the proxy, replies included.
-func TestNullServer(t *testing.T) {
+// resp encodes a command as a RESP array of bulk strings.
+func resp(args ...string) string {
+	s := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		s += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	return s
+}
+
+// TestNullServers: a ceiling is only a ceiling if the workload runs on it
+// exactly as on the proxy, replies included, and both null servers must
+// answer alike: through a client, and byte for byte on a raw connection
+// with pipelined, split and malformed input.
+func TestNullServers(t *testing.T) {
 	bin := testproc.Bin(t, "proxybench")
-	p := testproc.Start(t, "null", bin, []string{"-serve-null", "127.0.0.1:0"}, nullReady)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr})
-	defer c.Close()
-	ctx := context.Background()
-	ok, err := c.SetNX(ctx, "k", "tok", time.Second).Result()
-	if err != nil || !ok {
-		t.Fatalf("SET NX = %v, %v; want true", ok, err)
-	}
-	n, err := release.Run(ctx, c, []string{"k"}, "tok").Int()
-	if err != nil || n != 1 {
-		t.Fatalf("release = %v, %v; want 1", n, err)
-	}
-	r, err := throughput(ctx, &proc{cmd: p.Cmd, addr: p.Addr}, 4, 300*time.Millisecond)
-	if err != nil || r.rate <= 0 || r.cpu <= 0 {
-		t.Fatalf("throughput = %+v, %v; want cycles and the server's CPU per cycle", r, err)
+	for _, kind := range nullKinds {
+		t.Run(kind, func(t *testing.T) {
+			p := testproc.Start(t, "null "+kind, bin, []string{"-serve-null", "127.0.0.1:0", "-null-kind", kind}, nullReady)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr})
+			defer c.Close()
+			ctx := context.Background()
+			ok, err := c.SetNX(ctx, "k", "tok", time.Second).Result()
+			if err != nil || !ok {
+				t.Fatalf("SET NX = %v, %v; want true", ok, err)
+			}
+			n, err := release.Run(ctx, c, []string{"k"}, "tok").Int()
+			if err != nil || n != 1 {
+				t.Fatalf("release = %v, %v; want 1", n, err)
+			}
+			if err := c.Do(ctx, "HELLO", "3").Err(); err == nil || !strings.Contains(err.Error(), "unknown command 'hello'") {
+				t.Fatalf("HELLO = %v; want unknown command, as on Redis 5", err)
+			}
+
+			conn, err := net.Dial("tcp", p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			rd := bufio.NewReader(conn)
+			expect := func(want string) {
+				t.Helper()
+				got := make([]byte, len(want))
+				if _, err := io.ReadFull(rd, got); err != nil || string(got) != want {
+					t.Fatalf("replies %q, %v; want %q", got, err, want)
+				}
+			}
+			// Many commands in one write, more than one read of the
+			// server takes, must come back complete and in order.
+			var in, want strings.Builder
+			for i := range 2000 {
+				if i%2 == 0 {
+					in.WriteString(resp("SET", fmt.Sprint("key", i), "tok", "NX", "PX", "30000"))
+					want.WriteString("+OK\r\n")
+				} else {
+					in.WriteString(resp("EVALSHA", "0123456789abcdef0123456789abcdef01234567", "1", "key", "tok"))
+					want.WriteString(":1\r\n")
+				}
+			}
+			in.WriteString(resp("hello", "3") + "PING\r\n")
+			want.WriteString("-ERR unknown command 'hello'\r\n+OK\r\n")
+			if _, err := conn.Write([]byte(in.String())); err != nil {
+				t.Fatal(err)
+			}
+			expect(want.String())
+			// A command cut in two is answered once it is whole.
+			cmd := resp("SET", "k", "v", "NX")
+			if _, err := conn.Write([]byte(cmd[:7])); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // let the first part be read on its own (the test holds either way)
+			if _, err := conn.Write([]byte(cmd[7:] + resp("EVAL", "return 1", "0"))); err != nil {
+				t.Fatal(err)
+			}
+			expect("+OK\r\n:1\r\n")
+			// Garbage is a protocol error, and the connection is closed.
+			if _, err := conn.Write([]byte("*1\r\n$x\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			line, err := rd.ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "-ERR Protocol error") {
+				t.Fatalf("malformed input: %q, %v; want a protocol error", line, err)
+			}
+			if rest, err := rd.ReadString('\n'); err != io.EOF {
+				t.Fatalf("after a protocol error: %q, %v; want the connection closed", rest, err)
+			}
+
+			r, err := throughput(ctx, &proc{cmd: p.Cmd, addr: p.Addr}, 4, time.Second)
+			if err != nil || r.rate <= 0 || r.cpu.server <= 0 || r.cpu.gen <= 0 {
+				t.Fatalf("throughput = %+v, %v; want cycles, and the server's and proxybench's CPU per cycle", r, err)
+			}
+		})
 	}
 }
 
-// TestSmoke runs the whole tool briefly against the real proxy and Redis and
-// checks that the report has every section and verdict. It asserts no
-// timing: the numbers of so short a run mean nothing.
+func TestVariantFlag(t *testing.T) {
+	var l variantList
+	if err := l.Set("proxy-redcon=-frontend redcon  -log-level warn"); err != nil {
+		t.Fatal(err)
+	}
+	if len(l) != 1 || l[0].name != "proxy-redcon" || strings.Join(l[0].args, ",") != "-frontend,redcon,-log-level,warn" {
+		t.Fatalf("parsed %+v", l)
+	}
+	for _, bad := range []string{"proxy-redcon=-x", "redis=-x", "proxy=", "null gnet=-x", "=-x", "noflags"} {
+		if err := l.Set(bad); err == nil {
+			t.Errorf("-variant %q accepted", bad)
+		}
+	}
+	if err := l.Set("plain="); err != nil || len(l) != 2 || len(l[1].args) != 0 {
+		t.Fatalf("a variant without flags: %v, %+v", err, l)
+	}
+}
+
+// TestSmoke runs the whole tool briefly against the real proxy, a variant
+// of it, Redis and both null servers, and checks that the report has every
+// section, target and verdict. It asserts no timing: the numbers of so
+// short a run mean nothing.
 func TestSmoke(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server not found (make test installs it: scripts/install-deps.sh)")
 	}
 	bin, proxy := testproc.Bin(t, "proxybench"), testproc.Bin(t, "proxy")
 	out, err := exec.Command(bin, "-proxy-bin", proxy, "-runs", "1", "-clients", "8", "-latency-cycles", "200",
-		"-throughput-time", "300ms", "-hot-time", "1s").Output()
+		"-throughput-time", "300ms", "-hot-time", "1s", "-variant", "proxy-quiet=-log-level error").Output()
 	if err != nil {
 		t.Fatalf("proxybench: %v\n%s", err, out)
 	}
 	report := string(out)
 	for _, want := range []string{
-		"| redis |", "| proxy |", "| null server", "server CPU per cycle",
-		"Proxy/Redis p50 ratio: **", "Proxy/Redis throughput ratio: **", "Null server/Redis, the ceiling",
-		"Proxy/Redis acquisitions/s: **", "Proxy/Redis max time to acquire: **", "Proxy per-client max/min: **",
+		"; proxy-quiet, the proxy with `-log-level error`.",
+		"| null redcon |", "| null gnet |", "server CPU per cycle | proxybench CPU per cycle |",
+		"server CPU per acquisition | proxybench CPU per acquisition |",
+		"- proxy: acquisitions/s", "- proxy-quiet: acquisitions/s", "### Targets (issue 11)",
+		"| uncontended SET NX PX + release, p50 at most 1.0x redis's | proxy |",
+		"| distinct keys, cycles/s at least 1.2x redis's | proxy |",
+		"| distinct keys, server CPU per cycle at most redis's (1.0x) | proxy-quiet |",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	// Every target in every workload's table.
+	for _, name := range []string{"redis", "proxy", "proxy-quiet"} {
+		if n := len(regexp.MustCompile(`(?m)^\| `+name+` \|`).FindAllString(report, -1)); n != 3 {
+			t.Errorf("%d table rows for %s, want 3 (one per workload):\n%s", n, name, report)
 		}
 	}
 	// Every client of the proxy's hot key must have had the lock: waiting

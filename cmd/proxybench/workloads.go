@@ -28,16 +28,65 @@ func newClient(addr string, pool int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool, MinIdleConns: pool})
 }
 
-type latencyResult struct{ p50, p99 time.Duration }
+// cpuCost is CPU time (user + system, from /proc) per operation over a
+// workload's measured window: of the server process, and of proxybench
+// itself, which runs the clients. Zero if /proc could not tell.
+type cpuCost struct{ server, gen time.Duration }
+
+// cpuMark is the CPU both processes have used so far.
+type cpuMark struct {
+	server, gen time.Duration
+	err         error
+}
+
+func markCPU(server *proc) cpuMark {
+	s, err := procutil.ProcCPU(server.cmd.Process.Pid)
+	return cpuMark{server: s, gen: procutil.SelfCPU(), err: err}
+}
+
+// costSince divides what both processes used since start by ops.
+func (m cpuMark) costSince(start cpuMark, ops int64) cpuCost {
+	if m.err != nil || start.err != nil || ops <= 0 {
+		return cpuCost{}
+	}
+	return cpuCost{server: (m.server - start.server) / time.Duration(ops), gen: (m.gen - start.gen) / time.Duration(ops)}
+}
+
+// closeWindow takes the closing CPU mark and the count of operations at
+// end, the end of a measured window, while the clients' last operations,
+// which are not counted, finish (a redsync Lock can retry for seconds).
+// Its result is ready once end has passed.
+func closeWindow(server *proc, start cpuMark, end time.Time, ops func() int64) func() (int64, cpuCost) {
+	done := make(chan struct{})
+	var n int64
+	var c cpuCost
+	time.AfterFunc(time.Until(end), func() {
+		m := markCPU(server)
+		n = ops()
+		c = m.costSince(start, n)
+		close(done)
+	})
+	return func() (int64, cpuCost) { <-done; return n, c }
+}
+
+type latencyResult struct {
+	p50, p99 time.Duration
+	cpu      cpuCost // per acquire-release pair
+}
 
 // latency times SET NX PX plus the release script, one client, no contention.
-func latency(ctx context.Context, addr string, n int) (latencyResult, error) {
+func latency(ctx context.Context, server *proc, n int) (latencyResult, error) {
+	addr := server.addr
 	c := newClient(addr, 1)
 	defer c.Close()
 	h := hdrhistogram.New(1, int64(time.Second/time.Microsecond*10), 3)
+	var start cpuMark
 	for i := 0; i < n+n/10; i++ {
+		if i == n/10 { // the first tenth warms up connections and caches
+			start = markCPU(server)
+		}
 		key := fmt.Sprintf("lat:%d", i%64)
-		start := time.Now()
+		t0 := time.Now()
 		ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result()
 		if err != nil || !ok {
 			return latencyResult{}, fmt.Errorf("latency SET NX on %s: %v %v", addr, ok, err)
@@ -45,31 +94,32 @@ func latency(ctx context.Context, addr string, n int) (latencyResult, error) {
 		if n, err := release.Run(ctx, c, []string{key}, "tok").Int(); err != nil || n != 1 {
 			return latencyResult{}, fmt.Errorf("latency release on %s: %v %v", addr, n, err)
 		}
-		if i >= n/10 { // the first tenth warms up connections and caches
-			_ = h.RecordValue(time.Since(start).Microseconds())
+		if i >= n/10 {
+			_ = h.RecordValue(time.Since(t0).Microseconds())
 		}
 	}
 	return latencyResult{
 		p50: time.Duration(h.ValueAtQuantile(50)) * time.Microsecond,
 		p99: time.Duration(h.ValueAtQuantile(99)) * time.Microsecond,
+		cpu: markCPU(server).costSince(start, h.TotalCount()),
 	}, nil
 }
 
 type tputResult struct {
-	rate float64       // acquire-release cycles per second
-	cpu  time.Duration // the server's CPU per cycle; 0 if /proc cannot tell
+	rate float64 // acquire-release cycles per second
+	cpu  cpuCost // per cycle
 }
 
 // throughput runs clients on distinct keys and counts acquire-release
-// cycles, and what they cost the server process in CPU.
+// cycles, and what they cost in CPU.
 func throughput(ctx context.Context, server *proc, clients int, d time.Duration) (tputResult, error) {
 	c := newClient(server.addr, clients)
 	defer c.Close()
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, clients)
-	cpu0, cpuErr := procutil.ProcCPU(server.cmd.Process.Pid)
 	end := time.Now().Add(d)
+	result := closeWindow(server, markCPU(server), end, done.Load)
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func(id int) {
@@ -89,17 +139,12 @@ func throughput(ctx context.Context, server *proc, clients int, d time.Duration)
 		}(i)
 	}
 	wg.Wait()
-	cpu1, err := procutil.ProcCPU(server.cmd.Process.Pid)
+	n, cpu := result()
 	close(errc)
 	for err := range errc {
 		return tputResult{}, err
 	}
-	n := done.Load()
-	r := tputResult{rate: float64(n) / d.Seconds()}
-	if cpuErr == nil && err == nil && n > 0 {
-		r.cpu = (cpu1 - cpu0) / time.Duration(n)
-	}
-	return r, nil
+	return tputResult{rate: float64(n) / d.Seconds(), cpu: cpu}, nil
 }
 
 type hotResult struct {
@@ -109,18 +154,19 @@ type hotResult struct {
 	perClient     []int         // acquisitions per client, sorted
 	gap           time.Duration // median time from a holder's Unlock to the next holder's Lock returning
 	held          time.Duration // median real duration of the hold (the sleep overshoots)
+	cpu           cpuCost       // per acquisition
 }
 
 // hotKey has every client loop on one key with a default redsync mutex:
 // Lock, hold, Unlock. Time to acquire includes redsync's own retries.
-func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration) (hotResult, error) {
-	c := newClient(addr, clients+4)
+func hotKey(ctx context.Context, server *proc, clients int, d, hold time.Duration) (hotResult, error) {
+	c := newClient(server.addr, clients+4)
 	defer c.Close()
 	rs := redsync.New(goredis.NewPool(c))
 	h := hdrhistogram.New(1, int64(60*time.Second/time.Microsecond), 3)
 	var mu sync.Mutex
 	per := make([]int, clients)
-	var failures atomic.Int64
+	var failures, acquired atomic.Int64
 	var wg sync.WaitGroup
 	// The critical path of a handover: Unlock called by one client until
 	// Lock returns to the next. The hold is the rest of a cycle.
@@ -128,6 +174,7 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 	gaps := hdrhistogram.New(1, int64(60*time.Second/time.Microsecond), 3)
 	holds := hdrhistogram.New(1, int64(60*time.Second/time.Microsecond), 3)
 	end := time.Now().Add(d)
+	result := closeWindow(server, markCPU(server), end, acquired.Load)
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func(id int) {
@@ -154,6 +201,7 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 				_ = h.RecordValue(took.Microseconds())
 				per[id]++
 				mu.Unlock()
+				acquired.Add(1)
 				time.Sleep(hold)
 				u := time.Now()
 				unlocked.Store(u.UnixNano())
@@ -165,6 +213,7 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 		}(i)
 	}
 	wg.Wait()
+	_, cpu := result()
 	sort.Ints(per)
 	return hotResult{
 		rate:      float64(h.TotalCount()) / d.Seconds(),
@@ -175,5 +224,6 @@ func hotKey(ctx context.Context, addr string, clients int, d, hold time.Duration
 		perClient: per,
 		gap:       time.Duration(gaps.ValueAtQuantile(50)) * time.Microsecond,
 		held:      time.Duration(holds.ValueAtQuantile(50)) * time.Microsecond,
+		cpu:       cpu,
 	}, nil
 }
