@@ -186,5 +186,8 @@ func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
 	}
 }
 
+// Beats is the number of heartbeats posted (rdma.Heartbeat.Beats).
+func (ls *Lease) Beats() uint64 { return ls.hb.Beats() }
+
 // Stop ends the heartbeats.
 func (ls *Lease) Stop() { ls.hb.Stop() }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,11 @@ type Heartbeat struct {
 	lastOK  time.Time     // send time of the newest acknowledged beat
 	lastHzn time.Duration // horizon it published
 	err     error
+
+	// beats counts the beats the memory node received: each is one Write
+	// and one Read in one round trip, which lets a test or a metric tell
+	// liveness traffic from lock traffic in the verb counters.
+	beats atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -99,6 +105,7 @@ func (h *Heartbeat) Push(ctx context.Context, horizon time.Duration) error {
 		}
 		return fmt.Errorf("heartbeat: %w", err)
 	}
+	h.beats.Add(1)
 	if err := b.FirstErr(); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
@@ -118,6 +125,9 @@ func (h *Heartbeat) Published() (at time.Time, horizon time.Duration) {
 	defer h.mu.Unlock()
 	return h.lastOK, h.lastHzn
 }
+
+// Beats is the number of beats posted successfully, periodic and pushed.
+func (h *Heartbeat) Beats() uint64 { return h.beats.Load() }
 
 // LastAck is the send time of the newest acknowledged beat. A node whose
 // LastAck is older than its memory node's DeadAfter may already be declared

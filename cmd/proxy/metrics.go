@@ -92,6 +92,14 @@ func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
 		counter("proxy_abandoned_waits_total", "Queued acquires whose client gave up; completed and released in the background.", func(s *shiftlock.Stats) uint64 { return s.Abandoned.Load() })
 		counter("proxy_recovery_requests_total", "Recovery requests sent to the memory node.", func(s *shiftlock.Stats) uint64 { return s.RecoveryRequests.Load() })
 		counter("proxy_locks_lost_total", "Releases that found the lock no longer theirs.", func(s *shiftlock.Stats) uint64 { return s.Lost.Load() })
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "proxy_heartbeats_total", Help: "Heartbeats posted to the memory node (each one Write and one Read in one round trip, counted in rdma_verbs_total too).", ConstLabels: labels,
+		}, func() float64 {
+			if l := cur().Lease; l != nil {
+				return float64(l.Beats())
+			}
+			return 0
+		}))
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "proxy_lease_ok", Help: "1 while this proxy's lease with the memory node is valid; 0 means its locks there are reported lost.", ConstLabels: labels,
 		}, func() float64 {

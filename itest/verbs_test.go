@@ -1,0 +1,135 @@
+package itest
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+)
+
+// verbCounts is what a process's /metrics says about fabric verbs: rdma
+// verbs by kind in one direction, and heartbeats (each one Write and one
+// Read in one round trip).
+type verbCounts struct {
+	verbs map[string]float64
+	beats float64
+}
+
+var verbLine = regexp.MustCompile(`^rdma_verbs_total\{.*direction="(in|out)".*verb="([a-z_]+)".*\} (\S+)$`)
+
+func scrapeVerbs(t *testing.T, addr, direction string) verbCounts {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	vc := verbCounts{verbs: map[string]float64{}}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := verbLine.FindStringSubmatch(line); m != nil && m[1] == direction {
+			v, _ := strconv.ParseFloat(m[3], 64)
+			vc.verbs[m[2]] += v
+		}
+		if strings.HasPrefix(line, "proxy_heartbeats_total") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			vc.beats += v
+		}
+	}
+	return vc
+}
+
+// quiet scrapes the proxy until no heartbeat is half-counted: every Write
+// it ever posted is a heartbeat's, so the totals agree exactly between
+// beats.
+func quiet(t *testing.T, addr string) verbCounts {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		vc := scrapeVerbs(t, addr, "out")
+		if vc.verbs["write"] == vc.beats {
+			return vc
+		}
+		if time.Now().After(end) {
+			t.Fatalf("writes %v never matched heartbeats %v: the proxy writes something else", vc.verbs["write"], vc.beats)
+		}
+	}
+}
+
+// TestUncontendedCycleIsOneAtomicEach is the paper's G1 on the proxy's own
+// path: an uncontended SET NX PX followed by the compare-and-delete release
+// costs the memory node exactly one atomic for the acquire and one for the
+// release, and no other verb, measured with the fabric counters of the real
+// proxy process, on the embedded memory node and on a memnode process.
+// Heartbeats (one Write and one Read each) are counted apart.
+func TestUncontendedCycleIsOneAtomicEach(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		memnode bool
+	}{{"embedded", false}, {"memnode", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := testproc.FreePort(t)
+			metrics := fmt.Sprintf("127.0.0.1:%d", port)
+			args := []string{"-listen", "127.0.0.1:0", "-metrics", metrics}
+			var mn *testproc.Proc
+			if tc.memnode {
+				mn = testproc.Start(t, "memnode", testproc.Bin(t, "memnode"),
+					[]string{"-listen", "127.0.0.1:0", "-metrics", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))}, testproc.MemnodeReady)
+				args = append(args, "-memnode", mn.Addr)
+			}
+			p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"), args, testproc.ProxyReady)
+			c := client(t, p.Addr)
+			ctx := ctxT(t, time.Minute)
+			cycle := func(i int) {
+				key := fmt.Sprintf("g1:%d", i)
+				if ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result(); !ok || err != nil {
+					t.Fatalf("SET NX %s: %v %v", key, ok, err)
+				}
+				if n, err := c.Eval(ctx, casDelete, []string{key}, "tok").Int(); n != 1 || err != nil {
+					t.Fatalf("release %s: %v %v", key, n, err)
+				}
+			}
+			// The first grant with a 10 s TTL pushes the lease horizon (a
+			// heartbeat); later ones are inside it.
+			cycle(-1)
+			const n = 500
+			before := quiet(t, metrics)
+			for i := 0; i < n; i++ {
+				cycle(i)
+			}
+			after := quiet(t, metrics)
+			d := map[string]float64{}
+			for v, x := range after.verbs {
+				d[v] = x - before.verbs[v]
+			}
+			beats := after.beats - before.beats
+			atomics := d["cas"] + d["faa"] + d["masked_cas"] + d["masked_faa"]
+			if atomics != 2*n || d["batch"] != 2*n+beats || d["read"] != beats || d["write"] != beats || d["send"] != 0 || d["control"] != 0 {
+				t.Fatalf("%d cycles cost %v with %v heartbeats; want %d atomics in %d round trips and nothing else",
+					n, d, beats, 2*n, 2*n)
+			}
+			t.Logf("%d cycles: %v atomics (masked CAS %v, masked FAA %v) in %v round trips, plus %v heartbeats",
+				n, atomics, d["masked_cas"], d["masked_faa"], d["batch"]-beats, beats)
+			if mn != nil {
+				// The memory node sees the same from its side: every verb it
+				// received was one of those atomics or a heartbeat's.
+				mnMetrics := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(mn.Output())
+				if mnMetrics == nil {
+					t.Fatalf("memnode did not print its metrics address:\n%s", mn.Output())
+				}
+				in := scrapeVerbs(t, mnMetrics[1], "in")
+				total := quiet(t, metrics)
+				if in.verbs["masked_cas"]+in.verbs["masked_faa"] != total.verbs["masked_cas"]+total.verbs["masked_faa"] {
+					t.Fatalf("memnode received %v, proxy sent %v", in.verbs, total.verbs)
+				}
+			}
+		})
+	}
+}
