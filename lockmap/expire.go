@@ -7,8 +7,9 @@ import (
 )
 
 // expirer runs TTL expiry for every hold with one goroutine and one timer: a
-// min-heap of deadlines. Extending a hold pushes a new item; stale items
-// (extended or released holds) are skipped when they come due.
+// min-heap of deadlines with one item per hold, which a hold leaves as soon
+// as it is released, so the heap holds only live TTLs however many locks
+// come and go.
 type expirer struct {
 	mu   sync.Mutex
 	h    expHeap
@@ -18,22 +19,28 @@ type expirer struct {
 	fire func(*hold, time.Time)
 }
 
-type expItem struct {
-	at time.Time
-	h  *hold
-}
-
-type expHeap []expItem
+// expHeap orders holds by deadline; each hold knows its index (expIdx,
+// -1 when absent), guarded by the expirer's lock.
+type expHeap []*hold
 
 func (x expHeap) Len() int           { return len(x) }
-func (x expHeap) Less(i, j int) bool { return x[i].at.Before(x[j].at) }
-func (x expHeap) Swap(i, j int)      { x[i], x[j] = x[j], x[i] }
-func (x *expHeap) Push(v any)        { *x = append(*x, v.(expItem)) }
+func (x expHeap) Less(i, j int) bool { return x[i].expAt.Before(x[j].expAt) }
+func (x expHeap) Swap(i, j int) {
+	x[i], x[j] = x[j], x[i]
+	x[i].expIdx, x[j].expIdx = i, j
+}
+func (x *expHeap) Push(v any) {
+	h := v.(*hold)
+	h.expIdx = len(*x)
+	*x = append(*x, h)
+}
 func (x *expHeap) Pop() any {
 	old := *x
-	it := old[len(old)-1]
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
 	*x = old[:len(old)-1]
-	return it
+	h.expIdx = -1
+	return h
 }
 
 func newExpirer(fire func(*hold, time.Time)) *expirer {
@@ -42,10 +49,16 @@ func newExpirer(fire func(*hold, time.Time)) *expirer {
 	return e
 }
 
+// add schedules h to expire at at, moving it if it was already scheduled.
 func (e *expirer) add(h *hold, at time.Time) {
 	e.mu.Lock()
-	heap.Push(&e.h, expItem{at, h})
-	first := e.h[0].h == h && e.h[0].at.Equal(at)
+	h.expAt = at
+	if h.expIdx >= 0 {
+		heap.Fix(&e.h, h.expIdx)
+	} else {
+		heap.Push(&e.h, h)
+	}
+	first := e.h[0] == h
 	e.mu.Unlock()
 	if first {
 		select {
@@ -55,25 +68,41 @@ func (e *expirer) add(h *hold, at time.Time) {
 	}
 }
 
+// remove unschedules h, if it was scheduled.
+func (e *expirer) remove(h *hold) {
+	e.mu.Lock()
+	if h.expIdx >= 0 {
+		heap.Remove(&e.h, h.expIdx)
+	}
+	e.mu.Unlock()
+}
+
 func (e *expirer) run() {
 	defer close(e.done)
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	type due struct {
+		h  *hold
+		at time.Time
+	}
+	var fire []due
 	for {
 		e.mu.Lock()
-		var due []expItem
 		now := time.Now()
-		for len(e.h) > 0 && !e.h[0].at.After(now) {
-			due = append(due, heap.Pop(&e.h).(expItem))
+		for len(e.h) > 0 && !e.h[0].expAt.After(now) {
+			h := heap.Pop(&e.h).(*hold)
+			fire = append(fire, due{h, h.expAt})
 		}
 		next := time.Hour
 		if len(e.h) > 0 {
-			next = time.Until(e.h[0].at)
+			next = time.Until(e.h[0].expAt)
 		}
 		e.mu.Unlock()
-		for _, it := range due {
-			e.fire(it.h, it.at)
+		for _, d := range fire {
+			e.fire(d.h, d.at)
 		}
+		clear(fire)
+		fire = fire[:0]
 		t.Reset(next)
 		select {
 		case <-t.C:

@@ -73,8 +73,10 @@ type hold struct {
 	fence    uint64
 	deadline time.Time // zero: no TTL
 	ttl      time.Duration
-	g        *grant // nil for a shadow
+	g        *grant // nil for a pure shadow
 	dead     bool   // released or expired; the expirer skips it
+	expAt    time.Time
+	expIdx   int // index in the expirer's heap, -1 if not there (guarded by the expirer)
 }
 
 // A shadow is a hold whose lock is held by its owner through another proxy
@@ -90,6 +92,7 @@ func (h *hold) shadow() bool { return h.g == nil || h.g.pending() }
 // the same entry share it; it is released when the last of them is.
 type grant struct {
 	dom   *Domain
+	di    int // the memory node's index in the map
 	entry uint64
 	mode  shiftlock.Mode
 	g     shiftlock.Grant
@@ -148,6 +151,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 		return 0, fmt.Errorf("lockmap: memory node %d now has %d entries, not %d: keys would move", i, n, m.entries[i])
 	}
 	old := m.doms[i].Swap(d)
+	var gone []*hold
 	next := make(chan struct{})
 	close(*m.changed.Swap(&next))
 	for si := range m.shards {
@@ -158,7 +162,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 			for _, h := range hs {
 				if h.dom == old {
 					h.dead = true
-					lost++
+					gone = append(gone, h)
 					continue
 				}
 				kept = append(kept, h)
@@ -171,6 +175,10 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 		}
 		s.mu.Unlock()
 	}
+	for _, h := range gone {
+		m.exp.remove(h)
+	}
+	lost = len(gone)
 	m.exclMu.Lock()
 	for k := range m.excl {
 		if k.dom == old {
@@ -243,35 +251,12 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		}
 	}()
 
-	type want struct {
-		key   string
-		dom   *Domain
-		di    int
-		entry uint64
-		pos   int
-	}
-	wants := make([]want, 0, len(keys))
-	seen := map[string]bool{}
-	for i, k := range keys {
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		di, e := Locate(k, m.entries)
-		wants = append(wants, want{key: k, dom: m.doms[di].Load(), di: di, entry: e, pos: i})
-	}
-	sort.Slice(wants, func(a, b int) bool {
-		if wants[a].di != wants[b].di {
-			return wants[a].di < wants[b].di
-		}
-		return wants[a].entry < wants[b].entry
-	})
-
 	// Reentrant refresh of keys this token already holds, and duplicate
 	// checks, before touching any lock.
-	fresh := wants[:0:0]
-	refresh := []*hold{}
-	for _, w := range wants {
+	ws := m.wants(keys)
+	fresh := ws[:0]
+	var refresh []*hold
+	for _, w := range ws {
 		if h := m.find(w.key, token); h != nil {
 			if opt.Reentrant && h.mode == shiftlock.Exclusive && opt.Mode == shiftlock.Exclusive {
 				refresh = append(refresh, h)
@@ -313,21 +298,19 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			}
 		}
 	}
-	byEntry := map[[2]uint64]*grant{}
 	var shadowFence uint64
 	for _, w := range fresh {
-		k := [2]uint64{uint64(w.di), w.entry}
-		if byEntry[k] != nil {
-			continue
+		if grantOf(got, w.di, w.entry) != nil {
+			continue // another key of this acquire shares the entry
 		}
 		var g shiftlock.Grant
 		var fence uint64
 		var waited bool
 		var err error
 		for {
-			w.dom = m.doms[w.di].Load()
+			dom := m.doms[w.di].Load()
 			changed := *m.changed.Load()
-			g, fence, waited, err = m.lockEntry(ctx, w.dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
+			g, fence, waited, err = m.lockEntry(ctx, dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
 			if err == nil || !membershipGone(err) || deadline.IsZero() || !time.Now().Before(deadline) {
 				break
 			}
@@ -357,13 +340,12 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			shadowFence = fence
 			continue
 		}
-		gr := &grant{dom: w.dom, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
+		gr := &grant{dom: m.doms[w.di].Load(), di: w.di, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
 		if !gr.pending() {
 			gr.excl = true
 			m.countExcl(gr, 1)
 		}
 		got = append(got, gr)
-		byEntry[k] = gr
 	}
 
 	now := time.Now()
@@ -373,12 +355,10 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	}
 	// Every memory node we hold on must have our lease cover the deadline,
 	// pending grants included: their lock may arrive at any moment.
-	covered := map[*Domain]bool{}
-	for _, gr := range got {
-		if covered[gr.dom] || gr.dom.Lease == nil {
+	for i, gr := range got {
+		if gr.dom.Lease == nil || coveredBy(got[:i], gr.dom) {
 			continue
 		}
-		covered[gr.dom] = true
 		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
 			undo()
 			return nil, false, err
@@ -398,12 +378,13 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	// from here on, every key holding it owns one.
 	holds := make([]*hold, 0, len(fresh))
 	for _, w := range fresh {
-		gr := byEntry[[2]uint64{uint64(w.di), w.entry}]
-		if gr == nil {
-			holds = append(holds, &hold{key: w.key, token: token, dom: m.doms[w.di].Load(), mode: opt.Mode, fence: shadowFence, deadline: end, ttl: opt.TTL})
+		h := &hold{key: w.key, token: token, mode: opt.Mode, deadline: end, ttl: opt.TTL, expIdx: -1}
+		if gr := grantOf(got, w.di, w.entry); gr != nil {
+			h.dom, h.fence, h.g = gr.dom, fenceOf(gr.g), gr
 		} else {
-			holds = append(holds, &hold{key: w.key, token: token, dom: gr.dom, mode: opt.Mode, fence: fenceOf(gr.g), deadline: end, ttl: opt.TTL, g: gr})
+			h.dom, h.fence = m.doms[w.di].Load(), shadowFence
 		}
+		holds = append(holds, h)
 	}
 	for !m.record(holds) {
 		// Another token's shadow appeared here while we waited: an
@@ -453,12 +434,67 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			}
 		}
 	}
-	for _, h := range holds {
-		if !end.IsZero() {
+	if !end.IsZero() {
+		for _, h := range holds {
 			m.exp.add(h, end)
 		}
 	}
 	return fences, true, nil
+}
+
+// want is one key of an acquire and where it lives.
+type want struct {
+	key   string
+	di    int
+	entry uint64
+	dom   *Domain
+}
+
+// wants locates keys, without duplicates, in the global order (memory
+// node, entry) that keeps multi-key acquires from deadlocking.
+func (m *Map) wants(keys []string) []want {
+	ws := make([]want, 0, len(keys))
+	for _, k := range keys {
+		dup := false
+		for _, w := range ws {
+			dup = dup || w.key == k
+		}
+		if dup {
+			continue
+		}
+		di, e := Locate(k, m.entries)
+		ws = append(ws, want{key: k, di: di, entry: e, dom: m.doms[di].Load()})
+	}
+	if len(ws) > 1 {
+		sort.Slice(ws, func(a, b int) bool {
+			if ws[a].di != ws[b].di {
+				return ws[a].di < ws[b].di
+			}
+			return ws[a].entry < ws[b].entry
+		})
+	}
+	return ws
+}
+
+// grantOf finds the grant of got on entry e of memory node di.
+func grantOf(got []*grant, di int, e uint64) *grant {
+	for _, gr := range got {
+		if gr.di == di && gr.entry == e {
+			return gr
+		}
+	}
+	return nil
+}
+
+// coveredBy reports whether a grant of got is on d (whose lease then
+// already covers the deadline).
+func coveredBy(got []*grant, d *Domain) bool {
+	for _, gr := range got {
+		if gr.dom == d {
+			return true
+		}
+	}
+	return false
 }
 
 // record adds holds to the table, all or none: an exclusive hold is not
@@ -539,11 +575,17 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 		}
 		return nil, 0, false, nil
 	}
-	wctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	if queue != nil {
-		wctx = shiftlock.WithQueueHook(wctx, queue)
-	}
+	// The budget only governs a wait, so its deadline (and the caller's
+	// watch for a client that hangs up) is set up only if the acquire has
+	// to wait: an uncontended one allocates neither.
+	wctx := shiftlock.WithQueueHook(ctx, func(qctx context.Context) (context.Context, func()) {
+		dctx, cancel := context.WithDeadline(qctx, deadline)
+		if queue == nil {
+			return dctx, cancel
+		}
+		hctx, stop := queue(dctx)
+		return hctx, func() { stop(); cancel() }
+	})
 	var g *shiftlock.Guard
 	var err error
 	if mode == shiftlock.Shared {
@@ -554,7 +596,7 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	if err == nil {
 		return g, 0, g.Waited(), nil
 	}
-	if wctx.Err() != nil && ctx.Err() == nil {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return nil, 0, true, nil // budget spent: "not acquired", not an error
 	}
 	return nil, 0, true, err
@@ -652,9 +694,10 @@ func (m *Map) setDeadline(h *hold, end time.Time, ttl time.Duration) {
 func (m *Map) remove(key string, match func(*hold) bool) []*hold {
 	s := m.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out, kept []*hold
-	for _, h := range s.keys[key] {
+	var out []*hold
+	hs := s.keys[key]
+	kept := hs[:0]
+	for _, h := range hs {
 		if match(h) {
 			h.dead = true
 			out = append(out, h)
@@ -662,10 +705,15 @@ func (m *Map) remove(key string, match func(*hold) bool) []*hold {
 			kept = append(kept, h)
 		}
 	}
+	clear(hs[len(kept):])
 	if len(kept) == 0 {
 		delete(s.keys, key)
 	} else {
 		s.keys[key] = kept
+	}
+	s.mu.Unlock()
+	for _, h := range out {
+		m.exp.remove(h)
 	}
 	return out
 }
@@ -747,15 +795,18 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 func (m *Map) Persist(key string) bool {
 	s := m.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
+	var cleared []*hold
 	for _, h := range s.keys[key] {
 		if !h.deadline.IsZero() {
 			h.deadline, h.ttl = time.Time{}, 0
-			n++
+			cleared = append(cleared, h)
 		}
 	}
-	return n > 0
+	s.mu.Unlock()
+	for _, h := range cleared {
+		m.exp.remove(h)
+	}
+	return len(cleared) > 0
 }
 
 // State says where a key is held.

@@ -200,7 +200,6 @@ func (c *Client) checkEntry(i uint64) error {
 // acknowledging, as a paused process does. A failure is reported through
 // failed, and failure detection takes it from there.
 func (c *Client) send(ctx context.Context, to Tail, m message, failed func(error)) {
-	ctx = context.WithoutCancel(ctx)
 	p := m.encode()
 	if to.Node == c.ep.Node() {
 		c.stats.LocalSends.Add(1)
@@ -210,6 +209,7 @@ func (c *Client) send(ctx context.Context, to Tail, m message, failed func(error
 		return
 	}
 	c.stats.RemoteSends.Add(1)
+	ctx = context.WithoutCancel(ctx)
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
@@ -244,7 +244,7 @@ type holdTable struct {
 
 type holdShard struct {
 	mu sync.Mutex
-	m  map[uint64]*holdCount
+	m  map[uint64]holdCount
 }
 
 type holdCount struct {
@@ -253,30 +253,29 @@ type holdCount struct {
 	frozenUntil     time.Time
 }
 
-func (h *holdTable) add(entry uint64, active, waiting int32) {
-	h.update(entry, func(hc *holdCount) { hc.active += active; hc.waiting += waiting })
-}
+func (h *holdTable) add(entry uint64, active, waiting int32) { h.update(entry, active, waiting, 0) }
 
 // abandon counts abandoned waits on entry (delta +1 when one is given up,
 // -1 once it has passed the lock on).
-func (h *holdTable) abandon(entry uint64, delta int32) {
-	h.update(entry, func(hc *holdCount) { hc.abandoned += delta })
-}
+func (h *holdTable) abandon(entry uint64, delta int32) { h.update(entry, 0, 0, delta) }
 
-func (h *holdTable) update(entry uint64, f func(*holdCount)) {
+// update changes entry's counts; an entry with nothing left (and no freeze
+// running) leaves the map. Counts are values, so the uncontended path of
+// every acquire and release allocates nothing here.
+func (h *holdTable) update(entry uint64, active, waiting, abandoned int32) {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = map[uint64]*holdCount{}
+		s.m = map[uint64]holdCount{}
 	}
 	hc := s.m[entry]
-	if hc == nil {
-		hc = &holdCount{}
-		s.m[entry] = hc
-	}
-	f(hc)
+	hc.active += active
+	hc.waiting += waiting
+	hc.abandoned += abandoned
 	if hc.active == 0 && hc.waiting == 0 && hc.abandoned == 0 && !time.Now().Before(hc.frozenUntil) {
 		delete(s.m, entry)
+	} else {
+		s.m[entry] = hc
 	}
 	s.mu.Unlock()
 }
@@ -285,8 +284,7 @@ func (h *holdTable) abandoning(entry uint64) bool {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	hc := s.m[entry]
-	return hc != nil && hc.abandoned > 0
+	return s.m[entry].abandoned > 0
 }
 
 // probe answers the memory node. Answering "waiting" freezes grants by
@@ -295,14 +293,15 @@ func (h *holdTable) probe(entry uint64) rdma.Hold {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	hc := s.m[entry]
+	hc, ok := s.m[entry]
 	switch {
-	case hc == nil:
+	case !ok:
 		return rdma.HoldNone
 	case hc.active > 0:
 		return rdma.HoldActive
 	case hc.waiting > 0:
 		hc.frozenUntil = time.Now().Add(rdma.ProbeFreeze)
+		s.m[entry] = hc
 		return rdma.HoldWaiting
 	}
 	return rdma.HoldNone
@@ -313,7 +312,7 @@ func (h *holdTable) frozen(entry uint64) time.Duration {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if hc := s.m[entry]; hc != nil {
+	if hc, ok := s.m[entry]; ok {
 		return time.Until(hc.frozenUntil)
 	}
 	return 0

@@ -34,7 +34,7 @@ func (c *Client) AcquireShared(ctx context.Context, i uint64) (*Guard, error) {
 func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 	g := &Guard{c: c, entry: i, mode: Shared}
 	c.holds.add(i, 1, 0)
-	old, err := c.ep.MaskedFAA128(context.WithoutCancel(ctx), c.layout.EntryAddr(i), fRdrCnt.Value(1), boundary)
+	old, err := c.ep.MaskedFAA128(context.Background(), c.layout.EntryAddr(i), fRdrCnt.Value(1), boundary)
 	if err != nil {
 		c.holds.add(i, -1, 0)
 		return nil, err
@@ -111,7 +111,7 @@ func (c *Client) TryShared(ctx context.Context, i uint64) (*Guard, bool, error) 
 	var readers uint64
 	for attempt := 0; attempt < 4; attempt++ {
 		cmp := fRdrCnt.Value(readers)
-		old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), addr, cmp, rdma.MaskOf(fTail, fRdrCnt),
+		old, err := c.ep.MaskedCAS128(context.Background(), addr, cmp, rdma.MaskOf(fTail, fRdrCnt),
 			fRdrCnt.Value(readers+1), fRdrCnt.Mask())
 		if err != nil {
 			c.holds.add(i, -1, 0)
@@ -137,6 +137,6 @@ func (c *Client) TryShared(ctx context.Context, i uint64) (*Guard, bool, error) 
 // RdrCnt and counts the release in RelCnt.
 func (c *Client) releaseShared(ctx context.Context, g *Guard) error {
 	defer c.holds.add(g.entry, -1, 0)
-	_, err := c.ep.MaskedFAA128(context.WithoutCancel(ctx), c.layout.EntryAddr(g.entry), fRdrCnt.Neg(1).Or(fRelCnt.Value(1)), boundary)
+	_, err := c.ep.MaskedFAA128(context.Background(), c.layout.EntryAddr(g.entry), fRdrCnt.Neg(1).Or(fRelCnt.Value(1)), boundary)
 	return err
 }

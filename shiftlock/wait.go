@@ -83,7 +83,7 @@ func (w *waiter) observe(e Entry) error {
 func (w *waiter) poll(ctx context.Context, cond func(Entry) bool) (Entry, error) {
 	iv := w.c.cfg.PollMin
 	for {
-		e, err := w.c.Read(context.WithoutCancel(ctx), w.entry)
+		e, err := w.c.Read(context.Background(), w.entry)
 		if err != nil {
 			return e, err
 		}
@@ -162,7 +162,7 @@ func (w *waiter) check(ctx context.Context) error {
 		slot := c.layout.NodeSlotAddr(w.blocker)
 		b.Read(rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotStatus}, status[:])
 	}
-	if err := c.ep.Post(context.WithoutCancel(ctx), &b); err != nil {
+	if err := c.ep.Post(context.Background(), &b); err != nil {
 		return err
 	}
 	if err := b.FirstErr(); err != nil {
@@ -181,7 +181,7 @@ func (w *waiter) check(ctx context.Context) error {
 		suspect = w.blocker
 	}
 	c.stats.RecoveryRequests.Add(1)
-	rep, err := c.ep.Control().Recover(context.WithoutCancel(ctx), rdma.RecoverRequest{
+	rep, err := c.ep.Control().Recover(context.Background(), rdma.RecoverRequest{
 		Entry: w.entry, Era: binary.LittleEndian.Uint64(era[:]), Suspect: suspect,
 	})
 	if err != nil {

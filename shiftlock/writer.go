@@ -70,7 +70,7 @@ func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, e
 	c.holds.add(i, 1, 0) // may hold as soon as the CAS lands
 	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
 	// The verb must not be abandoned half-way by the caller's deadline.
-	old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), addr, rdma.U128{}, rdma.U128{}, g.self.value(), fTail.Mask())
+	old, err := c.ep.MaskedCAS128(context.Background(), addr, rdma.U128{}, rdma.U128{}, g.self.value(), fTail.Mask())
 	if err != nil {
 		c.holds.add(i, -1, 0)
 		c.closeSlot(g)
@@ -317,7 +317,7 @@ func (c *Client) TryExclusiveTagged(ctx context.Context, i, tag uint64) (g *Guar
 		return nil, false, Entry{}, err
 	}
 	c.holds.add(i, 1, 0)
-	old, err := c.ep.MaskedCAS128(context.WithoutCancel(ctx), c.layout.EntryAddr(i), rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
+	old, err := c.ep.MaskedCAS128(context.Background(), c.layout.EntryAddr(i), rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
 	e = Entry(old)
 	if err != nil || !e.Free() {
 		c.holds.add(i, -1, 0)
@@ -338,7 +338,7 @@ func (c *Client) TryExclusiveTagged(ctx context.Context, i, tag uint64) (g *Guar
 func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
 	defer c.closeSlot(g)
 	defer c.holds.add(g.entry, -1, 0)
-	ctx = context.WithoutCancel(ctx)
+	ctx = context.Background() // a release must not be cut short by its caller
 	addr := c.layout.EntryAddr(g.entry)
 	if !g.hasSucc {
 		c.drainSlot(g)
