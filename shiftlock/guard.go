@@ -102,28 +102,35 @@ func (g *Guard) accept(rm rdma.Message) (message, bool) {
 // Releasing a pending guard returns at once; its place in the queue is
 // passed on as soon as the lock reaches it.
 func (g *Guard) Release(ctx context.Context) error {
-	g.mu.Lock()
-	if g.done {
-		g.mu.Unlock()
+	if !g.letGoOnce() {
 		return nil
+	}
+	if g.mode == Shared {
+		return g.c.releaseShared(ctx, g)
+	}
+	return g.c.releaseExclusive(ctx, g)
+}
+
+// letGoOnce marks g released and reports whether the lock itself must now
+// be released: not if it was released already, nor if g is pending (its
+// place in the queue then passes the lock on as soon as it arrives).
+func (g *Guard) letGoOnce() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done {
+		return false
 	}
 	g.done = true
 	// From the moment its owner lets go, the slot stops answering for it,
 	// even though passing the lock on may take a while yet.
 	g.letGo()
-	if g.pending {
-		g.early = !g.lost
-		g.mu.Unlock()
-		if g.early {
-			// Like an abandoned wait: the entry looks held until the lock
-			// has passed through this place in the queue.
-			g.c.holds.abandon(g.entry, 1)
-		}
-		return nil
+	if !g.pending {
+		return true
 	}
-	g.mu.Unlock()
-	if g.mode == Shared {
-		return g.c.releaseShared(ctx, g)
+	if g.early = !g.lost; g.early {
+		// Like an abandoned wait: the entry looks held until the lock has
+		// passed through this place in the queue.
+		g.c.holds.abandon(g.entry, 1)
 	}
-	return g.c.releaseExclusive(ctx, g)
+	return false
 }

@@ -62,22 +62,56 @@ func (c *Client) closeSlot(g *Guard) {
 }
 
 func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, error) {
+	g, err := c.openWriter(i, tag)
+	if err != nil {
+		return nil, err
+	}
+	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
+	// The verb must not be abandoned half-way by the caller's deadline.
+	cmp, cmpMask, swap, swapMask := g.enqueueVerb(false)
+	old, err := c.ep.MaskedCAS128(context.Background(), c.layout.EntryAddr(i), cmp, cmpMask, swap, swapMask)
+	if err != nil {
+		c.unopen(g)
+		return nil, err
+	}
+	arrived(ctx)
+	return c.afterEnqueue(ctx, g, Entry(old))
+}
+
+// openWriter opens a writer's slot for entry i, counted as holding (for
+// recovery probes) from before its atomic is posted, since it may hold as
+// soon as that lands.
+func (c *Client) openWriter(i, tag uint64) (*Guard, error) {
 	g, err := c.openSlot(i, tag)
 	if err != nil {
 		return nil, err
 	}
-	addr := c.layout.EntryAddr(i)
-	c.holds.add(i, 1, 0) // may hold as soon as the CAS lands
-	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
-	// The verb must not be abandoned half-way by the caller's deadline.
-	old, err := c.ep.MaskedCAS128(context.Background(), addr, rdma.U128{}, rdma.U128{}, g.self.value(), fTail.Mask())
-	if err != nil {
-		c.holds.add(i, -1, 0)
-		c.closeSlot(g)
-		return nil, err
+	c.holds.add(i, 1, 0)
+	return g, nil
+}
+
+// unopen undoes openWriter for a writer whose atomic failed or found the
+// entry held (a try).
+func (c *Client) unopen(g *Guard) {
+	c.holds.add(g.entry, -1, 0)
+	c.closeSlot(g)
+}
+
+// enqueueVerb is the masked CAS of a writer's first atomic: a
+// fetch-and-store of TailPtr (Algorithm 2 line 7), or for a try a CAS that
+// also needs TailPtr and RdrCnt to be zero.
+func (g *Guard) enqueueVerb(try bool) (cmp, cmpMask, swap, swapMask rdma.U128) {
+	if try {
+		cmpMask = rdma.MaskOf(fTail, fRdrCnt)
 	}
-	arrived(ctx)
-	e := Entry(old)
+	return rdma.U128{}, cmpMask, g.self.value(), fTail.Mask()
+}
+
+// afterEnqueue is Algorithm 2 from line 11, once the enqueuing atomic has
+// returned the entry's old value e: granted at once, or wait for the
+// predecessor's handover, or for the readers ahead to leave.
+func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, error) {
+	i, tag := g.entry, g.tag
 	g.curRel, g.epoch = e.RelCnt(), e.Epoch()
 	pred := e.Tail()
 	switch {
@@ -139,10 +173,16 @@ func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, e
 	default:
 		c.stats.Immediate.Add(1)
 	}
+	c.granted(g)
+	return g, nil
+}
+
+// granted makes g the holder: it answers owner questions as the head of
+// the queue, and its token is RelCnt as of the grant.
+func (c *Client) granted(g *Guard) {
 	g.headOfQueue()
 	g.token = g.curRel
 	c.stats.ExclusiveGrants.Add(1)
-	return g, nil
 }
 
 // errSameOwner ends a queued writer's foreground wait when a vouched writer
@@ -312,108 +352,182 @@ func (c *Client) TryExclusiveTagged(ctx context.Context, i, tag uint64) (g *Guar
 	if err := c.checkEntry(i); err != nil {
 		return nil, false, Entry{}, err
 	}
-	g, err = c.openSlot(i, tag)
+	g, err = c.openWriter(i, tag)
 	if err != nil {
 		return nil, false, Entry{}, err
 	}
-	c.holds.add(i, 1, 0)
-	old, err := c.ep.MaskedCAS128(context.Background(), c.layout.EntryAddr(i), rdma.U128{}, rdma.MaskOf(fTail, fRdrCnt), g.self.value(), fTail.Mask())
-	e = Entry(old)
-	if err != nil || !e.Free() {
-		c.holds.add(i, -1, 0)
-		c.closeSlot(g)
-		if err == nil {
-			c.stats.TryFailures.Add(1)
-		}
-		return nil, false, e, err
+	cmp, cmpMask, swap, swapMask := g.enqueueVerb(true)
+	old, err := c.ep.MaskedCAS128(context.Background(), c.layout.EntryAddr(i), cmp, cmpMask, swap, swapMask)
+	if err != nil {
+		c.unopen(g)
+		return nil, false, Entry(old), err
 	}
-	g.curRel, g.epoch, g.token = e.RelCnt(), e.Epoch(), e.RelCnt()
-	g.headOfQueue()
-	c.stats.Immediate.Add(1)
-	c.stats.ExclusiveGrants.Add(1)
+	e = Entry(old)
+	if !c.afterTry(g, e) {
+		return nil, false, e, nil
+	}
 	return g, true, e, nil
 }
 
-// releaseExclusive is Algorithm 3's WRITER-RELEASE.
-func (c *Client) releaseExclusive(ctx context.Context, g *Guard) error {
-	defer c.closeSlot(g)
-	defer c.holds.add(g.entry, -1, 0)
-	ctx = context.Background() // a release must not be cut short by its caller
-	addr := c.layout.EntryAddr(g.entry)
-	if !g.hasSucc {
-		c.drainSlot(g)
+// afterTry completes a try whose CAS found e: granted if it was free.
+func (c *Client) afterTry(g *Guard, e Entry) bool {
+	if !e.Free() {
+		c.unopen(g)
+		c.stats.TryFailures.Add(1)
+		return false
 	}
-	if !g.hasSucc {
-		// Nobody announced themselves: try to close the queue, giving the
-		// lock to readers (flip Epoch) and counting our release, all in one
-		// CAS that succeeds only if we are still the tail. It also compares
-		// RelCnt and Epoch with what this holder believes: the algorithm
-		// guarantees they match, and if they ever do not, failing loudly beats
-		// writing a RelCnt that would corrupt every later reader count.
-		cmp := g.self.value().Or(fRelCnt.Value(g.curRel)).Or(fEpoch.Value(g.epoch))
-		swap := fRelCnt.Value(g.curRel + 1).Or(fEpoch.Value(1 - g.epoch))
-		old, err := c.ep.MaskedCAS128(ctx, addr, cmp, rdma.MaskOf(fTail, fRelCnt, fEpoch), swap, rdma.MaskOf(fTail, fRelCnt, fEpoch))
+	g.curRel, g.epoch = e.RelCnt(), e.Epoch()
+	c.stats.Immediate.Add(1)
+	c.granted(g)
+	return true
+}
+
+// releaseExclusive is Algorithm 3's WRITER-RELEASE.
+func (c *Client) releaseExclusive(_ context.Context, g *Guard) error {
+	defer c.released(g)
+	k := c.releasePlan(g)
+	var old rdma.U128
+	if k != relSendOnly {
+		op := c.releaseVerb(g, k)
+		var err error
+		if op.Verb == rdma.VerbMaskedCAS {
+			old, err = c.ep.MaskedCAS128(context.Background(), op.Addr, op.Compare, op.CompareMask, op.Value, op.Mask)
+		} else {
+			old, err = c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask)
+		}
 		if err != nil {
 			return err
 		}
-		e := Entry(old)
-		if e.Tail() == g.self {
-			if e.RelCnt() == g.curRel && e.Epoch() == g.epoch {
-				return nil
-			}
-			c.stats.Lost.Add(1)
-			if leaped(e.RelCnt(), g.curRel) {
-				return ErrLost
-			}
-			c.log.Error("lock entry does not match its holder's state; leaving it to recovery",
-				zap.Uint64("entry", g.entry), zap.Stringer("entry_state", e), zap.Uint64("holder_relcnt", g.curRel), zap.Uint64("holder_epoch", g.epoch))
-			return fmt.Errorf("%w: entry %d is %v, holder expected relcnt %d epoch %d", ErrLost, g.entry, e, g.curRel, g.epoch)
-		}
-		if e.Tail().IsZero() || leaped(e.RelCnt(), g.curRel) {
-			c.stats.Lost.Add(1)
-			return ErrLost
-		}
-		// Someone swapped the tail after us; its Successor is on the way.
-		if !c.awaitSuccessor(g) {
-			c.log.Warn("successor never announced itself; leaving the entry to recovery",
-				zap.Uint64("entry", g.entry), zap.Stringer("tail", e.Tail()))
-			return nil
-		}
 	}
-	next := g.consWrt + 1
-	if int(next) >= c.cfg.Threshold {
+	slow, err := c.releaseAfter(g, k, Entry(old))
+	if slow {
+		return c.releaseSlow(g)
+	}
+	return err
+}
+
+// released ends g's slot once its release is done.
+func (c *Client) released(g *Guard) {
+	c.holds.add(g.entry, -1, 0)
+	c.closeSlot(g)
+}
+
+// relKind is what a writer's release has to do, decided before any verb.
+type relKind uint8
+
+const (
+	relClose      relKind = iota // nobody announced: close the queue with one CAS
+	relHandover                  // hand over to the successor: bump RelCnt with one FAA, then Send
+	relModeChange                // N writers in a row: flip the epoch with one FAA, then Send
+	relSendOnly                  // hand over without a bump (Config.NoHandoverBump)
+)
+
+// releasePlan picks up a Successor that has already arrived and decides
+// the release's one atomic.
+func (c *Client) releasePlan(g *Guard) relKind {
+	c.drainSlot(g)
+	switch {
+	case !g.hasSucc:
+		return relClose
+	case int(g.consWrt+1) >= c.cfg.Threshold:
+		return relModeChange
+	case c.cfg.NoHandoverBump:
+		return relSendOnly
+	}
+	return relHandover
+}
+
+// releaseVerb is the release's atomic for plan k.
+func (c *Client) releaseVerb(g *Guard, k relKind) rdma.Op {
+	addr := c.layout.EntryAddr(g.entry)
+	switch k {
+	case relClose:
+		// Close the queue, giving the lock to readers (flip Epoch) and
+		// counting our release, all in one CAS that succeeds only if we
+		// are still the tail. It also compares RelCnt and Epoch with what
+		// this holder believes: the algorithm guarantees they match, and
+		// if they ever do not, failing loudly beats writing a RelCnt that
+		// would corrupt every later reader count.
+		mask := rdma.MaskOf(fTail, fRelCnt, fEpoch)
+		return rdma.Op{Verb: rdma.VerbMaskedCAS, Wide: true, Addr: addr,
+			Compare: g.self.value().Or(fRelCnt.Value(g.curRel)).Or(fEpoch.Value(g.epoch)), CompareMask: mask,
+			Value: fRelCnt.Value(g.curRel + 1).Or(fEpoch.Value(1 - g.epoch)), Mask: mask}
+	case relModeChange:
 		// Enough writers in a row: let the waiting readers in (§3.5). The
 		// FAA flips Epoch, counts our release, and tells us how many readers
 		// the successor must wait for.
-		old, err := c.ep.MaskedFAA128(ctx, addr, fEpoch.Value(1).Or(fRelCnt.Value(1)), boundary)
-		if err != nil {
-			return err
+		return rdma.Op{Verb: rdma.VerbMaskedFAA, Wide: true, Addr: addr, Value: fEpoch.Value(1).Or(fRelCnt.Value(1)), Mask: boundary}
+	}
+	// Algorithm 3 line 20: count the release so that RelCnt shows progress
+	// to failure detectors and fencing tokens stay unique.
+	return rdma.Op{Verb: rdma.VerbMaskedFAA, Wide: true, Addr: addr, Value: fRelCnt.Value(1), Mask: boundary}
+}
+
+// releaseAfter completes the release once its atomic returned old (for
+// relSendOnly, there was none). slow means the closing CAS found a writer
+// that swapped the tail after us and has not announced itself yet: the rest
+// (releaseSlow) may wait for its Successor.
+func (c *Client) releaseAfter(g *Guard, k relKind, e Entry) (slow bool, err error) {
+	switch k {
+	case relClose:
+		if e.Tail() == g.self {
+			if e.RelCnt() == g.curRel && e.Epoch() == g.epoch {
+				return false, nil
+			}
+			c.stats.Lost.Add(1)
+			if leaped(e.RelCnt(), g.curRel) {
+				return false, ErrLost
+			}
+			c.log.Error("lock entry does not match its holder's state; leaving it to recovery",
+				zap.Uint64("entry", g.entry), zap.Stringer("entry_state", e), zap.Uint64("holder_relcnt", g.curRel), zap.Uint64("holder_epoch", g.epoch))
+			return false, fmt.Errorf("%w: entry %d is %v, holder expected relcnt %d epoch %d", ErrLost, g.entry, e, g.curRel, g.epoch)
 		}
-		e := Entry(old)
+		if e.Tail().IsZero() || leaped(e.RelCnt(), g.curRel) {
+			c.stats.Lost.Add(1)
+			return false, ErrLost
+		}
+		return true, nil
+	case relModeChange:
 		m := message{Kind: msgModeChanged, Entry: g.entry, Value: e.RelCnt() + e.Readers() + 1}
 		m.Flags = uint8((1-e.Epoch())<<1) & 2
 		if e.Readers() == 0 {
 			m.Flags |= flagNoReaders
 		}
 		c.stats.ModeChanges.Add(1)
-		return c.handTo(ctx, g, m)
+		return false, c.handTo(g, m)
 	}
 	rel := g.curRel
-	if !c.cfg.NoHandoverBump {
-		// Algorithm 3 line 20: count the release so that RelCnt shows
-		// progress to failure detectors and fencing tokens stay unique.
-		if _, err := c.ep.MaskedFAA128(ctx, addr, fRelCnt.Value(1), boundary); err != nil {
-			return err
-		}
+	if k == relHandover {
 		rel++
 	}
 	c.stats.Handovers.Add(1)
-	return c.handTo(ctx, g, message{Kind: msgHandover, Entry: g.entry, U32: next, Value: rel, Flags: uint8(g.epoch<<1) & 2})
+	return false, c.handTo(g, message{Kind: msgHandover, Entry: g.entry, U32: g.consWrt + 1, Value: rel, Flags: uint8(g.epoch<<1) & 2})
 }
 
-func (c *Client) handTo(ctx context.Context, g *Guard, m message) error {
+// releaseSlow finishes a release whose closing CAS lost to a new tail: the
+// writer that swapped it in is announcing itself, and gets the lock handed
+// over like any successor (with one more atomic).
+func (c *Client) releaseSlow(g *Guard) error {
+	if !c.awaitSuccessor(g) {
+		c.log.Warn("successor never announced itself; leaving the entry to recovery", zap.Uint64("entry", g.entry))
+		return nil
+	}
+	k := c.releasePlan(g)
+	var old rdma.U128
+	if k != relSendOnly {
+		op := c.releaseVerb(g, k)
+		var err error
+		if old, err = c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask); err != nil {
+			return err
+		}
+	}
+	_, err := c.releaseAfter(g, k, Entry(old))
+	return err
+}
+
+func (c *Client) handTo(g *Guard, m message) error {
 	succ, entry := g.succ, g.entry
-	c.send(ctx, succ, m, func(err error) {
+	c.send(context.Background(), succ, m, func(err error) {
 		// The successor died after enqueueing. The lock is now stuck behind
 		// a dead node; the writers behind it will have it recovered.
 		c.log.Warn("handover failed; successor presumed dead", zap.Uint64("entry", entry), zap.Stringer("succ", succ), zap.Error(err))

@@ -1,0 +1,151 @@
+package shiftlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// Split-phase operations are for a caller that gathers the verbs of many
+// lock operations and posts them together: one doorbell, one round trip to
+// the memory node for all of them (the proxy's event loop does this,
+// lockmap.Doorbell). A Begin call adds the operation's one atomic to the
+// caller's batch; once the caller has posted the batch, it completes the
+// operation, which needs no further verb when the operation met no
+// contention. What may block (a wait in the queue, a release whose closing
+// CAS lost to a writer still announcing itself) is handed back for the
+// caller to run where blocking is allowed. Each operation is exactly the
+// one its blocking counterpart performs: the same atomic, the same
+// interpretation (afterEnqueue, afterTry, releaseAfter).
+
+// Start is an exclusive acquisition whose first atomic rides in a caller's
+// batch.
+type Start struct {
+	c   *Client
+	g   *Guard
+	b   *rdma.Batch
+	op  int
+	try bool
+	e   Entry
+}
+
+// BeginExclusive adds the first atomic of an exclusive acquisition of entry
+// i, with owner tag tag, to b: the fetch-and-store that enqueues, or with
+// try the CAS that takes only a free entry (TryExclusiveTagged). Call End
+// once b has been posted.
+func (c *Client) BeginExclusive(b *rdma.Batch, i, tag uint64, try bool) (*Start, error) {
+	if err := c.checkEntry(i); err != nil {
+		return nil, err
+	}
+	g, err := c.openWriter(i, tag)
+	if err != nil {
+		return nil, err
+	}
+	cmp, cmpMask, swap, swapMask := g.enqueueVerb(try)
+	op := b.MaskedCAS128(c.layout.EntryAddr(i), cmp, cmpMask, swap, swapMask)
+	return &Start{c: c, g: g, b: b, op: op, try: try}, nil
+}
+
+// End completes the start after its batch was posted (postErr is what Post
+// returned). A free entry is granted at once. A try on a held entry returns
+// no guard (Entry tells what it found). An enqueue behind a writer or
+// readers returns wait: the caller must go on with Wait, which blocks.
+func (s *Start) End(postErr error) (g *Guard, wait bool, err error) {
+	c := s.c
+	if err = postErr; err == nil {
+		err = s.b.Err(s.op)
+	}
+	if err != nil {
+		c.unopen(s.g)
+		return nil, false, err
+	}
+	s.e = Entry(s.b.Old(s.op))
+	if s.try {
+		if !c.afterTry(s.g, s.e) {
+			return nil, false, nil
+		}
+		return s.g, false, nil
+	}
+	if s.e.Tail().IsZero() && s.e.Readers() == 0 {
+		s.g.curRel, s.g.epoch = s.e.RelCnt(), s.e.Epoch()
+		c.stats.Immediate.Add(1)
+		c.granted(s.g)
+		return s.g, false, nil
+	}
+	return nil, true, nil
+}
+
+// Entry is the entry as the start's atomic found it.
+func (s *Start) Entry() Entry { return s.e }
+
+// Wait finishes an enqueue that End said must wait, exactly as
+// AcquireExclusiveTagged does after its atomic: it blocks until the lock
+// is handed over (or a same-owner answer makes the guard pending) or ctx
+// ends, in which case the wait completes in the background.
+func (s *Start) Wait(ctx context.Context) (*Guard, error) {
+	g, err := s.c.afterEnqueue(ctx, s.g, s.e)
+	if errors.Is(err, errReset) {
+		// The entry was recovered while we waited: start over.
+		s.c.stats.Resets.Add(1)
+		return s.c.AcquireExclusiveTagged(ctx, s.g.entry, s.g.tag)
+	}
+	return g, err
+}
+
+// BeginRelease adds g's release atomic to b, if it needs one, and returns
+// the completion to call once b has been posted. The completion returns
+// the release's error, and rest, non-nil when the release must go on where
+// it may block (releaseSlow: a closing CAS lost to a writer that has not
+// announced itself yet). Like Release, it is a no-op on a released guard,
+// and releasing a pending guard needs no verb.
+func (g *Guard) BeginRelease(b *rdma.Batch) func(postErr error) (rest func() error, err error) {
+	c := g.c
+	if !g.letGoOnce() {
+		return func(error) (func() error, error) { return nil, nil }
+	}
+	if g.mode == Shared {
+		op := b.MaskedFAA128(c.layout.EntryAddr(g.entry), fRdrCnt.Neg(1).Or(fRelCnt.Value(1)), boundary)
+		return func(postErr error) (func() error, error) {
+			defer c.holds.add(g.entry, -1, 0)
+			if postErr != nil {
+				return nil, postErr
+			}
+			return nil, b.Err(op)
+		}
+	}
+	k := c.releasePlan(g)
+	op := -1
+	if k != relSendOnly {
+		v := c.releaseVerb(g, k)
+		if v.Verb == rdma.VerbMaskedCAS {
+			op = b.MaskedCAS128(v.Addr, v.Compare, v.CompareMask, v.Value, v.Mask)
+		} else {
+			op = b.MaskedFAA128(v.Addr, v.Value, v.Mask)
+		}
+	}
+	return func(postErr error) (func() error, error) {
+		var old Entry
+		if op >= 0 {
+			err := postErr
+			if err == nil {
+				err = b.Err(op)
+			}
+			if err != nil {
+				c.released(g)
+				return nil, fmt.Errorf("release of entry %d: %w", g.entry, err)
+			}
+			old = Entry(b.Old(op))
+		}
+		slow, err := c.releaseAfter(g, k, old)
+		if !slow {
+			c.released(g)
+			return nil, err
+		}
+		return func() error {
+			defer c.released(g)
+			return c.releaseSlow(g)
+		}, nil
+	}
+}
