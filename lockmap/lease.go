@@ -140,6 +140,22 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 	return ls.awaitConfirm(ctx, h)
 }
 
+// Covers reports whether Cover(end, ttl) would return at once, needing no
+// heartbeat: what an event loop may call without blocking.
+func (ls *Lease) Covers(end time.Time, ttl time.Duration) bool {
+	if max := ls.ep.Layout().MaxLease; max > 0 && ttl > max {
+		return false
+	}
+	if ls.Valid() != nil {
+		return false
+	}
+	if end.IsZero() {
+		return true
+	}
+	at, h := ls.hb.Published()
+	return !end.After(at.Add(h)) && ls.confirmed(h)
+}
+
 // confirmed reports whether horizon h is within what the memory node has
 // confirmed saving (always, for one that keeps no state).
 func (ls *Lease) confirmed(h time.Duration) bool {

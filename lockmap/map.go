@@ -348,6 +348,20 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		got = append(got, gr)
 	}
 
+	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence)
+}
+
+// admit finishes an acquire whose locks are taken (got, or a shadow's
+// fence): the lease must cover the TTL, the holds are recorded (one token
+// per key here, as on a Redis instance), tagged grants are vouched for,
+// and TTLs are scheduled. It undoes the grants if any step fails.
+func (m *Map) admit(ctx context.Context, keys []string, token string, opt AcquireOptions, deadline time.Time, tag uint64,
+	fresh []want, refresh []*hold, got []*grant, shadowFence uint64) (fences []uint64, ok bool, err error) {
+	undo := func() {
+		for _, g := range got {
+			m.releaseGrant(g)
+		}
+	}
 	now := time.Now()
 	var end time.Time
 	if opt.TTL > 0 {
@@ -578,14 +592,7 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	// The budget only governs a wait, so its deadline (and the caller's
 	// watch for a client that hangs up) is set up only if the acquire has
 	// to wait: an uncontended one allocates neither.
-	wctx := shiftlock.WithQueueHook(ctx, func(qctx context.Context) (context.Context, func()) {
-		dctx, cancel := context.WithDeadline(qctx, deadline)
-		if queue == nil {
-			return dctx, cancel
-		}
-		hctx, stop := queue(dctx)
-		return hctx, func() { stop(); cancel() }
-	})
+	wctx := m.waitContext(ctx, deadline, queue)
 	var g *shiftlock.Guard
 	var err error
 	if mode == shiftlock.Shared {
@@ -719,16 +726,26 @@ func (m *Map) remove(key string, match func(*hold) bool) []*hold {
 }
 
 func (m *Map) releaseGrant(g *grant) {
+	if m.lastRef(g) {
+		m.releaseLast(g)
+	}
+}
+
+// lastRef drops one reference to g and reports whether it was the last;
+// the grant then no longer counts as this proxy's exclusive hold of its
+// entry.
+func (m *Map) lastRef(g *grant) bool {
 	grantMu.Lock()
 	g.refs--
 	last := g.refs <= 0
 	grantMu.Unlock()
-	if !last {
-		return
-	}
-	if g.excl {
+	if last && g.excl {
 		m.countExcl(g, -1)
 	}
+	return last
+}
+
+func (m *Map) releaseLast(g *grant) {
 	if err := g.g.Release(context.Background()); err != nil {
 		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
 	}

@@ -1,0 +1,221 @@
+package lockmap_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+type outcome struct {
+	fence uint64
+	ok    bool
+	err   error
+}
+
+func acquireAsync(m *lockmap.Map, d *lockmap.Doorbell, key, token string, wait time.Duration) chan outcome {
+	ch := make(chan outcome, 1)
+	m.AcquireAsync(d, context.Background(), key, token, excl(time.Minute, wait), func(f uint64, ok bool, err error) {
+		ch <- outcome{f, ok, err}
+	})
+	return ch
+}
+
+// doorbellCosts rings n uncontended acquires, then their n releases: two
+// round trips and 2n atomics in all, and nothing else.
+func doorbellCosts(t *testing.T, m *lockmap.Map, ep rdma.Endpoint) {
+	t.Helper()
+	const n = 16
+	d := m.NewDoorbell()
+	before := ep.Counters().Snapshot()
+	var chs []chan outcome
+	for i := 0; i < n; i++ {
+		chs = append(chs, acquireAsync(m, d, fmt.Sprint("db:", i), "tok", time.Second))
+	}
+	for _, ch := range chs {
+		select {
+		case <-ch:
+			t.Fatal("an acquire completed before the doorbell rang")
+		default:
+		}
+	}
+	d.Ring(ctx(t))
+	for i, ch := range chs {
+		select {
+		case o := <-ch:
+			if !o.ok || o.err != nil || o.fence == 0 {
+				t.Fatalf("acquire %d: %+v", i, o)
+			}
+		default:
+			t.Fatalf("uncontended acquire %d did not complete in Ring", i)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !m.ReleaseAsync(d, fmt.Sprint("db:", i), "tok") {
+			t.Fatalf("release %d: not held", i)
+		}
+		if m.ReleaseAsync(d, fmt.Sprint("db:", i), "tok") {
+			t.Fatalf("release %d twice", i)
+		}
+	}
+	d.Ring(ctx(t))
+	diff := ep.Counters().Snapshot().Sub(before)
+	if diff.OutAtomics() != 2*n || diff.Out[rdma.VerbBatch] != 2 || diff.Out[rdma.VerbRead] != 0 || diff.Out[rdma.VerbWrite] != 0 || diff.Out[rdma.VerbSend] != 0 {
+		t.Fatalf("%d acquires and releases cost %v; want %d atomics in 2 round trips", n, diff.Out, 2*n)
+	}
+	for i := 0; i < n; i++ {
+		if in, _ := m.Lookup(ctx(t), fmt.Sprint("db:", i)); in.State != lockmap.Free {
+			t.Fatalf("key %d %v after release", i, in.State)
+		}
+	}
+}
+
+func TestDoorbellCostsMemfab(t *testing.T) {
+	m, _ := embeddedPair(t)
+	doorbellCosts(t, m, m.Domains()[0].Client.Endpoint())
+}
+
+func TestDoorbellCostsTCP(t *testing.T) {
+	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: "doorbell"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true})}}, lockmap.Config{})
+	t.Cleanup(m.Close)
+	doorbellCosts(t, m, ep)
+}
+
+// TestDoorbellWaitsAndTries: an acquire that finds the key held waits on
+// its own goroutine and is handed the lock; a try-only one answers "no"
+// during the ring.
+func TestDoorbellWaitsAndTries(t *testing.T) {
+	a, b := embeddedPair(t)
+	c := ctx(t)
+	if _, ok, _ := a.Acquire(c, []string{"w"}, "holder", excl(time.Minute, 0)); !ok {
+		t.Fatal("setup")
+	}
+	d := b.NewDoorbell()
+	waiting := acquireAsync(b, d, "w", "waiter", 10*time.Second)
+	trying := acquireAsync(b, d, "w", "trier", 0)
+	d.Ring(c)
+	if o := <-trying; o.ok || o.err != nil {
+		t.Fatalf("try on a held key: %+v", o)
+	}
+	select {
+	case o := <-waiting:
+		t.Fatalf("the waiter completed while the key was held: %+v", o)
+	case <-time.After(20 * time.Millisecond):
+	}
+	a.Release("w", "holder")
+	if o := <-waiting; !o.ok || o.err != nil {
+		t.Fatalf("waiter: %+v", o)
+	}
+	if !b.ReleaseAsync(d, "w", "waiter") {
+		t.Fatal("release")
+	}
+	d.Ring(c)
+}
+
+// TestDoorbellMutualExclusion plays an event loop: one goroutine starts
+// every client's acquires and releases on a doorbell and rings it once per
+// pass, while clients contend for a few keys. Nobody is ever inside a key
+// twice, and every acquire ends.
+func TestDoorbellMutualExclusion(t *testing.T) {
+	m, other := embeddedPair(t)
+	type req struct {
+		key, token string
+		release    bool
+		done       chan outcome
+	}
+	reqs := make(chan req, 64)
+	stop := make(chan struct{})
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		d := m.NewDoorbell()
+		for {
+			var r req
+			select {
+			case r = <-reqs:
+			case <-stop:
+				return
+			}
+			for more := true; more; {
+				if r.release {
+					ok := m.ReleaseAsync(d, r.key, r.token)
+					r.done <- outcome{ok: ok}
+				} else {
+					done := r.done
+					m.AcquireAsync(d, context.Background(), r.key, r.token, excl(time.Minute, 5*time.Second), func(f uint64, ok bool, err error) {
+						done <- outcome{f, ok, err}
+					})
+				}
+				select {
+				case r = <-reqs:
+				default:
+					more = false
+				}
+			}
+			d.Ring(context.Background())
+		}
+	}()
+	var inside [3]atomic.Int32
+	var bad atomic.Int32
+	var wg sync.WaitGroup
+	for w := 0; w < 24; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for n := 0; n < 40; n++ {
+				k := (w + n) % 3
+				key, token := fmt.Sprint("mx:", k), fmt.Sprintf("w%d-%d", w, n)
+				if w%6 == 0 {
+					// Some clients use another proxy, blocking.
+					if _, ok, err := other.Acquire(ctx(t), []string{key}, token, excl(time.Minute, 5*time.Second)); !ok || err != nil {
+						t.Errorf("blocking acquire: %v %v", ok, err)
+						return
+					}
+				} else {
+					done := make(chan outcome, 1)
+					reqs <- req{key: key, token: token, done: done}
+					if o := <-done; !o.ok || o.err != nil {
+						t.Errorf("async acquire: %+v", o)
+						return
+					}
+				}
+				if inside[k].Add(1) != 1 {
+					bad.Add(1)
+				}
+				time.Sleep(50 * time.Microsecond)
+				inside[k].Add(-1)
+				if w%6 == 0 {
+					other.Release(key, token)
+				} else {
+					done := make(chan outcome, 1)
+					reqs <- req{key: key, token: token, release: true, done: done}
+					if o := <-done; !o.ok {
+						t.Error("release: not held")
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(stop)
+	<-loopDone
+	if bad.Load() != 0 {
+		t.Fatalf("%d times two clients were inside one key", bad.Load())
+	}
+}
