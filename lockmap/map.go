@@ -62,6 +62,9 @@ type entryKey struct {
 type shard struct {
 	mu   sync.Mutex
 	keys map[string][]*hold // exclusive: one hold; shared: one per token
+	// gone, when someone waits for a hold of this shard to go, is closed
+	// (and cleared) by the next removal.
+	gone chan struct{}
 }
 
 // hold is one key held by one token.
@@ -172,6 +175,10 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 			} else {
 				s.keys[key] = kept
 			}
+		}
+		if s.gone != nil && len(gone) > 0 {
+			close(s.gone)
+			s.gone = nil
 		}
 		s.mu.Unlock()
 	}
@@ -643,31 +650,60 @@ func (m *Map) heldByOther(key, token string) bool {
 }
 
 // awaitOthersGone waits until no key has a hold of another token here, or
-// until deadline. Such holds are shadows whose client is letting go, so
-// they are polled rather than signalled.
+// until deadline. Such holds are shadows whose client is letting go; the
+// wait ends as soon as one goes (the shard's removals signal it), so that a
+// RedLock client's request is queued right after its requests to the other
+// proxies, where they recognise each other.
 func (m *Map) awaitOthersGone(ctx context.Context, keys []string, token string, deadline time.Time) bool {
-	iv := 100 * time.Microsecond
-	for {
-		busy := false
-		for _, k := range keys {
-			busy = busy || m.heldByOther(k, token)
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
 		}
-		if !busy {
+	}()
+	for {
+		var wake <-chan struct{}
+		for _, k := range keys {
+			if ch := m.otherHoldSignal(k, token); ch != nil {
+				wake = ch
+				break
+			}
+		}
+		if wake == nil {
 			return true
 		}
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
 			return false
 		}
-		t := time.NewTimer(min(iv, left))
+		if t == nil {
+			t = time.NewTimer(left)
+		}
 		select {
+		case <-wake:
 		case <-t.C:
+			return false
 		case <-ctx.Done():
-			t.Stop()
 			return false
 		}
-		iv = min(2*iv, 2*time.Millisecond)
 	}
+}
+
+// otherHoldSignal returns, if key has a hold of another token here, a
+// channel that is closed when a hold of key's shard goes; nil otherwise.
+func (m *Map) otherHoldSignal(key, token string) <-chan struct{} {
+	s := m.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.keys[key] {
+		if h.token != token {
+			if s.gone == nil {
+				s.gone = make(chan struct{})
+			}
+			return s.gone
+		}
+	}
+	return nil
 }
 
 func (m *Map) find(key, token string) *hold {
@@ -717,6 +753,10 @@ func (m *Map) remove(key string, match func(*hold) bool) []*hold {
 		delete(s.keys, key)
 	} else {
 		s.keys[key] = kept
+	}
+	if s.gone != nil && len(out) > 0 {
+		close(s.gone)
+		s.gone = nil
 	}
 	s.mu.Unlock()
 	for _, h := range out {

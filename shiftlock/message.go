@@ -36,10 +36,12 @@ const flagWantNo = 1
 
 // message is the payload of every notification. Entry is carried so a slot
 // can reject a message meant for another lock. Layout (little-endian):
-// [0] kind, [1] flags, [2:4] node, [4:8] u32, [8:16] entry, [16:24] value.
+// [0] kind, [1] flags, [2:4] node, [4:8] u32, [8:16] entry, [16:24] value,
+// [24] hops.
 type message struct {
 	Kind  uint8
 	Flags uint8
+	Hops  uint8       // owner query: how many writers it has passed
 	Node  rdma.NodeID // owner query: the asking slot's node
 	U32   uint32      // successor, owner query: the asking slot's Target; handover: consecutive writers
 	Entry uint64
@@ -58,6 +60,7 @@ func (m message) encode() rdma.Payload {
 	binary.LittleEndian.PutUint32(p[4:], m.U32)
 	binary.LittleEndian.PutUint64(p[8:], m.Entry)
 	binary.LittleEndian.PutUint64(p[16:], m.Value)
+	p[24] = m.Hops
 	return p
 }
 
@@ -69,6 +72,7 @@ func decode(p rdma.Payload) (message, error) {
 		U32:   binary.LittleEndian.Uint32(p[4:]),
 		Entry: binary.LittleEndian.Uint64(p[8:]),
 		Value: binary.LittleEndian.Uint64(p[16:]),
+		Hops:  p[24],
 	}
 	if m.Kind < msgSuccessor || m.Kind > msgNotOwner {
 		return m, fmt.Errorf("shiftlock: unknown message kind %d", m.Kind)

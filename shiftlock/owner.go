@@ -56,20 +56,24 @@ type query struct {
 	tag    uint64
 	origin Tail
 	wantNo bool
+	hops   uint8 // writers it has passed
 }
 
 func (q query) message(entry uint64) message {
-	m := message{Kind: msgOwnerQuery, Node: q.origin.Node, U32: uint32(q.origin.Target), Entry: entry, Value: q.tag}
+	m := message{Kind: msgOwnerQuery, Node: q.origin.Node, U32: uint32(q.origin.Target), Entry: entry, Value: q.tag, Hops: q.hops}
 	if q.wantNo {
 		m.Flags = flagWantNo
 	}
 	return m
 }
 
-// maxQueryHops bounds how far an owner query walks up one queue. Each hop is
-// a writer ahead in the queue, so this is far beyond any real queue; it only
-// guards against a cycle through stale predecessors of reused slots.
-const maxQueryHops = 1 << 12
+// maxQueryHops bounds how far an owner question walks up a queue. A
+// RedLock client sends its requests to every proxy at once, so they land
+// within a few places of each other, whatever the queue's length; walking
+// further would cost every queued writer of a long queue a message per
+// writer ahead of it. Past the bound the asker waits its turn (or, a try,
+// is told no).
+const maxQueryHops = 16
 
 // ownerTable finds a slot's recognition state by its Target, from the
 // fabric's delivery goroutine.
@@ -132,7 +136,7 @@ func (c *Client) deliver(rm rdma.Message) error {
 		if err != nil {
 			return err
 		}
-		c.ownerQuery(rm.To, m.Entry, query{tag: m.Value, origin: Tail{Node: m.Node, Target: rdma.Target(m.U32)}, wantNo: m.Flags&flagWantNo != 0})
+		c.ownerQuery(rm.To, m.Entry, query{tag: m.Value, origin: Tail{Node: m.Node, Target: rdma.Target(m.U32)}, wantNo: m.Flags&flagWantNo != 0, hops: m.Hops})
 		return nil
 	case msgSuccessor:
 		if err := c.inbox.Deliver(rm); err != nil {
@@ -152,7 +156,7 @@ func (c *Client) deliver(rm rdma.Message) error {
 // is answered no if it asked for that: a queued writer does not (it simply
 // waits its turn), a try does.
 func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
-	for hop := 0; hop < maxQueryHops; hop++ {
+	for ; q.hops < maxQueryHops; q.hops++ {
 		o := c.owners.get(at)
 		if o == nil {
 			c.answerNo(entry, q)
@@ -189,6 +193,7 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 			return
 		}
 		if pred.Node != c.ep.Node() {
+			q.hops++
 			c.send(context.Background(), pred, q.message(entry), func(error) { c.answerNo(entry, q) })
 			return
 		}
