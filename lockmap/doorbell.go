@@ -257,6 +257,31 @@ func (m *Map) ReleaseAsync(d *Doorbell, key, token string) bool {
 	return len(hs) > 0
 }
 
+// DeleteAsync is Delete with the releases' atomics in d.
+func (m *Map) DeleteAsync(d *Doorbell, key string) int {
+	hs := m.remove(key, func(*hold) bool { return true })
+	for _, h := range hs {
+		if h.g != nil {
+			m.releaseGrantAsync(d, h.g)
+		}
+	}
+	return len(hs)
+}
+
+type doorbellKey struct{}
+
+// WithDoorbell returns a context under which Map operations that release a
+// lock as a side effect (Extend to a TTL of 0) post their atomic on d
+// instead of waiting for it.
+func WithDoorbell(ctx context.Context, d *Doorbell) context.Context {
+	return context.WithValue(ctx, doorbellKey{}, d)
+}
+
+func doorbellOf(ctx context.Context) *Doorbell {
+	d, _ := ctx.Value(doorbellKey{}).(*Doorbell)
+	return d
+}
+
 func (m *Map) releaseGrantAsync(d *Doorbell, g *grant) {
 	if !m.lastRef(g) {
 		return

@@ -818,6 +818,15 @@ func (m *Map) Delete(key string) int {
 // A non-positive TTL deletes, as PEXPIRE does in Redis.
 func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	if ttl <= 0 {
+		if d := doorbellOf(ctx); d != nil {
+			if token == "" {
+				return m.DeleteAsync(d, key) > 0, nil
+			}
+			return m.ReleaseAsync(d, key, token), nil
+		}
+		if isNoWait(ctx) && !m.Inline() {
+			return false, ErrWouldBlock
+		}
 		if token == "" {
 			return m.Delete(key) > 0, nil
 		}
@@ -838,6 +847,9 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 	end := time.Now().Add(ttl)
 	d, _ := m.Where(key)
 	if d.Lease != nil {
+		if isNoWait(ctx) && !d.Lease.Covers(end, ttl) {
+			return false, ErrWouldBlock // a heartbeat push first
+		}
 		if err := d.Lease.Cover(ctx, end, ttl); err != nil {
 			return false, err
 		}
