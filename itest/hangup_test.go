@@ -24,7 +24,7 @@ func awaitInfo(t *testing.T, c *redis.Client, want string) {
 	t.Helper()
 	ctx := ctxT(t, 30*time.Second)
 	for {
-		info, err := c.Info(ctx, "locks").Result()
+		info, err := c.Info(ctx, "locks", "clients").Result()
 		if err != nil {
 			t.Fatalf("INFO: %v", err)
 		}
@@ -52,7 +52,7 @@ func TestQueuedClientHangsUp(t *testing.T) {
 	send(t, quitter, "*6\r\n$3\r\nSET\r\n$1\r\nh\r\n$7\r\nquitter\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n60000\r\n")
 	// Its try found the key held, so it queues (the swap onto the queue
 	// does not depend on the client still being there).
-	awaitInfo(t, c, "try_failures=1")
+	awaitInfo(t, c, "blocked_clients:1")
 	quitter.Close()
 	// The proxy noticed the hang-up and gave the wait up to the background.
 	awaitInfo(t, c, "abandoned_waits=1")
@@ -89,7 +89,7 @@ func TestPipelineWhileQueued(t *testing.T) {
 	}
 	defer conn.Close()
 	send(t, conn, "*6\r\n$3\r\nSET\r\n$2\r\npl\r\n$3\r\nwho\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n60000\r\n")
-	awaitInfo(t, c, "try_failures=1") // queued
+	awaitInfo(t, c, "blocked_clients:1") // queued
 	send(t, conn, "*2\r\n$4\r\nECHO\r\n$5\r\nafter\r\n*2\r\n$3\r\nGET\r\n$2\r\npl\r\n")
 	// Give the pipelined commands time to reach the proxy's socket while
 	// the SET waits; if they arrive later the replies are the same.
