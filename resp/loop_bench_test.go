@@ -13,9 +13,13 @@ type sinkConn struct {
 	writes int
 }
 
-func (c *sinkConn) Peek(int) ([]byte, error)    { return c.in, nil }
-func (c *sinkConn) Discard(n int) (int, error)  { c.in = c.in[n:]; return n, nil }
-func (c *sinkConn) Write(p []byte) (int, error) { c.last = append(c.last[:0], p...); c.writes++; return len(p), nil }
+func (c *sinkConn) Peek(int) ([]byte, error)   { return c.in, nil }
+func (c *sinkConn) Discard(n int) (int, error) { c.in = c.in[n:]; return n, nil }
+func (c *sinkConn) Write(p []byte) (int, error) {
+	c.last = append(c.last[:0], p...)
+	c.writes++
+	return len(p), nil
+}
 
 // benchLoop runs one batch per iteration through the event loop's
 // onTraffic: input i%len(inputs) arrives, and its replies must be want[i].
