@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 
 	"github.com/panjf2000/gnet/v2"
@@ -21,6 +22,13 @@ type gnetFrontend struct {
 	eng    gnet.Engine
 	booted chan bootResult
 	exited chan struct{}
+
+	// A stopped engine has closed its loops' eventfds, whose numbers the
+	// kernel may hand to other files: a late Conn.Wake would write to
+	// those. Wakes take wakeMu for reading; the shutdown sets stopping
+	// under it before any loop stops.
+	wakeMu   sync.RWMutex
+	stopping bool
 }
 
 type bootResult struct {
@@ -120,8 +128,25 @@ func (f *gnetFrontend) close() error {
 	return nil
 }
 
+// OnShutdown runs before gnet stops its loops, whatever the reason.
+func (f *gnetFrontend) OnShutdown(gnet.Engine) {
+	f.wakeMu.Lock()
+	f.stopping = true
+	f.wakeMu.Unlock()
+}
+
+// wake has the loop run OnTraffic for c: a command of c's finished on its
+// goroutine. After a shutdown the connection is closed and nobody waits.
+func (f *gnetFrontend) wake(c gnet.Conn) {
+	f.wakeMu.RLock()
+	defer f.wakeMu.RUnlock()
+	if !f.stopping {
+		_ = c.Wake(nil)
+	}
+}
+
 func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	c.SetContext(f.s.newLoopConn(func() { _ = c.Wake(nil) }))
+	c.SetContext(f.s.newLoopConn(func() { f.wake(c) }))
 	return nil, gnet.None
 }
 
