@@ -149,7 +149,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 }
 
 func (s *Server) pipelineLimit() string {
-	return fmt.Sprintf("ERR more than %d bytes of pipelined commands are waiting behind a command queued for a lock, the proxy's limit", s.cfg.MaxCommandBytes)
+	return fmt.Sprintf("ERR more than %d bytes of commands are pipelined behind one still waiting for its lock, the proxy's limit", s.cfg.MaxCommandBytes)
 }
 
 // whileBusy keeps a connection's new input buffered while its goroutine

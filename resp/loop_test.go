@@ -429,7 +429,7 @@ func TestLoopPipelineLimit(t *testing.T) {
 	if !flood.closed {
 		t.Fatal("still open past the limit")
 	}
-	if got := flood.f.out(); !strings.HasPrefix(got, "-ERR more than 1024 bytes of pipelined commands are waiting behind a command queued for a lock") {
+	if got := flood.f.out(); !strings.HasPrefix(got, "-ERR more than 1024 bytes of commands are pipelined behind one still waiting for its lock") {
 		t.Fatalf("reply %q", got)
 	}
 	awaitBlocked(t, s, 0) // the wait was abandoned
@@ -464,7 +464,7 @@ func TestLoopBadInput(t *testing.T) {
 		{name: "bulk not terminated", in: "*1\r\n$4\r\nPINGxx", want: "-ERR Protocol error: invalid bulk length", afterWaiting: true},
 		{name: "unbalanced quotes", in: "ECHO \"a\r\n", want: "-ERR Protocol error: unbalanced quotes", afterWaiting: true},
 		{name: "command too large", in: "*100\r\n" + strings.Repeat("$20\r\n"+strings.Repeat("x", 20)+"\r\n", 50),
-			want: "-ERR command exceeds 1024 bytes, the proxy's limit", waitingWant: "-ERR more than 1024 bytes of pipelined commands"},
+			want: "-ERR command exceeds 1024 bytes, the proxy's limit", waitingWant: "-ERR more than 1024 bytes of commands are pipelined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
