@@ -146,6 +146,9 @@ func (f *gnetFrontend) wake(c gnet.Conn) {
 }
 
 func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	// Replies go out as soon as they are written (gnet sets this on the
+	// listener too; Linux passes it on to accepted sockets, others may not).
+	_ = c.SetNoDelay(true)
 	c.SetContext(f.s.newLoopConn(func() { f.wake(c) }))
 	return nil, gnet.None
 }
