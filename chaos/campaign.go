@@ -21,7 +21,9 @@ import (
 // Config is one campaign.
 type Config struct {
 	MemnodeBin, ProxyBin string
-	WorkDir              string // state directory of the memnode, logs
+	// ProxyArgs are extra arguments for every proxy (e.g. -frontend).
+	ProxyArgs []string
+	WorkDir   string // state directory of the memnode, logs
 
 	Proxies int
 	Clients int

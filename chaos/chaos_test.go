@@ -10,7 +10,7 @@ import (
 
 func campaignConfig(t *testing.T) Config {
 	return Config{
-		MemnodeBin: testproc.Bin(t, "memnode"), ProxyBin: testproc.Bin(t, "proxy"),
+		MemnodeBin: testproc.Bin(t, "memnode"), ProxyBin: testproc.Bin(t, "proxy"), ProxyArgs: testproc.ProxyArgs(),
 		WorkDir: t.TempDir(), Clients: 24, Keys: 8, Seed: 1, Log: testLog{t},
 	}
 }

@@ -92,6 +92,7 @@ func (t *topology) startProxy(pp *proxyProc) error {
 	args := []string{"-listen", addr(pp.respPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
 		"-memnode", addr(pp.memTx), "-peer-listen", addr(pp.peerPort), "-advertise", addr(pp.peerTx),
 		"-acquire-wait", t.cfg.Wait.String(), "-name", fmt.Sprintf("proxy-%d", pp.i)}
+	args = append(args, t.cfg.ProxyArgs...)
 	// A restarted memnode refuses joins during its grace; the proxy retries
 	// for up to a minute before it gives up.
 	p, err := testproc.Launch(fmt.Sprintf("proxy-%d", pp.i), t.cfg.ProxyBin, args, testproc.ProxyReady, 90*time.Second)

@@ -24,7 +24,7 @@ func awaitInfo(t *testing.T, c *redis.Client, want string) {
 	t.Helper()
 	ctx := ctxT(t, 30*time.Second)
 	for {
-		info, err := c.Info(ctx, "locks").Result()
+		info, err := c.Info(ctx, "locks", "clients").Result()
 		if err != nil {
 			t.Fatalf("INFO: %v", err)
 		}

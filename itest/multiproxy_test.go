@@ -99,7 +99,7 @@ func TestMultiProxyMutualExclusion(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		port := testproc.FreePort(t)
 		p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"),
-			[]string{"-listen", "127.0.0.1:0", "-memnode", mn.Addr, "-metrics", fmt.Sprintf("127.0.0.1:%d", port)},
+			append([]string{"-listen", "127.0.0.1:0", "-memnode", mn.Addr, "-metrics", fmt.Sprintf("127.0.0.1:%d", port)}, testproc.ProxyArgs()...),
 			regexp.MustCompile(`proxy listening on (\S+)`))
 		if !metricsRe.MatchString(p.Output()) {
 			t.Fatalf("proxy did not print its metrics address:\n%s", p.Output())

@@ -8,12 +8,17 @@ import (
 
 // command is one entry of the command table. Arity counts the command name,
 // as Redis does; maxArgs 0 means unbounded. first/last/step describe where
-// the keys are, for COMMAND.
+// the keys are, for COMMAND. lock marks commands that call into the lock
+// table in a way that can wait (for a queue, or for a memory node across
+// the network): the event loop runs them only under lockmap.NoWait, and
+// otherwise on a goroutine (loop.go).
 type command struct {
+	name              string // lower case, the key in commands
 	run               func(s *Server, st *connState, args [][]byte)
 	minArgs, maxArgs  int
 	noAuth            bool
 	write             bool
+	lock              bool
 	first, last, step int
 }
 
@@ -36,27 +41,30 @@ func init() {
 		"time":    {run: (*Server).cmdTime, minArgs: 1, maxArgs: 1},
 
 		// Locks under Redis names.
-		"set":     {run: (*Server).cmdSet, minArgs: 3, write: true, first: 1, last: 1, step: 1},
-		"get":     {run: (*Server).cmdGet, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
-		"del":     {run: (*Server).cmdDel, minArgs: 2, write: true, first: 1, last: -1, step: 1},
-		"unlink":  {run: (*Server).cmdDel, minArgs: 2, write: true, first: 1, last: -1, step: 1},
-		"exists":  {run: (*Server).cmdExists, minArgs: 2, first: 1, last: -1, step: 1},
-		"pexpire": {run: (*Server).cmdPExpire, minArgs: 3, maxArgs: 4, write: true, first: 1, last: 1, step: 1},
-		"expire":  {run: (*Server).cmdExpire, minArgs: 3, maxArgs: 4, write: true, first: 1, last: 1, step: 1},
-		"pttl":    {run: (*Server).cmdPTTL, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
-		"ttl":     {run: (*Server).cmdTTL, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"set":     {run: (*Server).cmdSet, lock: true, minArgs: 3, write: true, first: 1, last: 1, step: 1},
+		"get":     {run: (*Server).cmdGet, lock: true, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"del":     {run: (*Server).cmdDel, lock: true, minArgs: 2, write: true, first: 1, last: -1, step: 1},
+		"unlink":  {run: (*Server).cmdDel, lock: true, minArgs: 2, write: true, first: 1, last: -1, step: 1},
+		"exists":  {run: (*Server).cmdExists, lock: true, minArgs: 2, first: 1, last: -1, step: 1},
+		"pexpire": {run: (*Server).cmdPExpire, lock: true, minArgs: 3, maxArgs: 4, write: true, first: 1, last: 1, step: 1},
+		"expire":  {run: (*Server).cmdExpire, lock: true, minArgs: 3, maxArgs: 4, write: true, first: 1, last: 1, step: 1},
+		"pttl":    {run: (*Server).cmdPTTL, lock: true, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"ttl":     {run: (*Server).cmdTTL, lock: true, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
 		"persist": {run: (*Server).cmdPersist, minArgs: 2, maxArgs: 2, write: true, first: 1, last: 1, step: 1},
 
 		// Scripts.
-		"eval":    {run: (*Server).cmdEval, minArgs: 3, write: true},
-		"evalsha": {run: (*Server).cmdEvalSHA, minArgs: 3, write: true},
+		"eval":    {run: (*Server).cmdEval, lock: true, minArgs: 3, write: true},
+		"evalsha": {run: (*Server).cmdEvalSHA, lock: true, minArgs: 3, write: true},
 		"script":  {run: (*Server).cmdScript, minArgs: 2},
 
 		// Extensions: what Redis cannot do.
-		"lock.acquire": {run: (*Server).cmdLockAcquire, minArgs: 3, write: true, first: 1, last: 1, step: 1},
-		"lock.release": {run: (*Server).cmdLockRelease, minArgs: 3, maxArgs: 3, write: true, first: 1, last: 1, step: 1},
-		"lock.extend":  {run: (*Server).cmdLockExtend, minArgs: 5, maxArgs: 5, write: true, first: 1, last: 1, step: 1},
-		"lock.info":    {run: (*Server).cmdLockInfo, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+		"lock.acquire": {run: (*Server).cmdLockAcquire, lock: true, minArgs: 3, write: true, first: 1, last: 1, step: 1},
+		"lock.release": {run: (*Server).cmdLockRelease, lock: true, minArgs: 3, maxArgs: 3, write: true, first: 1, last: 1, step: 1},
+		"lock.extend":  {run: (*Server).cmdLockExtend, lock: true, minArgs: 5, maxArgs: 5, write: true, first: 1, last: 1, step: 1},
+		"lock.info":    {run: (*Server).cmdLockInfo, lock: true, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+	}
+	for name, c := range commands {
+		c.name = name
 	}
 }
 

@@ -11,13 +11,13 @@ import (
 
 func (s *Server) cmdPing(st *connState, args [][]byte) {
 	if len(args) == 2 {
-		st.w.bulk(string(args[1]))
+		st.w.bulkBytes(args[1])
 		return
 	}
 	st.w.status("PONG")
 }
 
-func (s *Server) cmdEcho(st *connState, args [][]byte) { st.w.bulk(string(args[1])) }
+func (s *Server) cmdEcho(st *connState, args [][]byte) { st.w.bulkBytes(args[1]) }
 
 func (s *Server) cmdQuit(st *connState, args [][]byte) { st.w.status("OK") }
 
@@ -214,7 +214,8 @@ func (s *Server) cmdInfo(st *connState, args [][]byte) {
 		"hostname:"+host,
 		"uptime_in_seconds:"+strconv.FormatInt(uptime, 10),
 	)
-	section("Clients", "connected_clients:"+strconv.FormatInt(s.clients.Load(), 10))
+	section("Clients", "connected_clients:"+strconv.FormatInt(s.clients.Load(), 10),
+		"blocked_clients:"+strconv.FormatInt(s.blocked.Load(), 10))
 	section("Persistence", "loading:0")
 	section("Replication", "role:master", "connected_slaves:0")
 	locks := []string{"locks_held:" + strconv.Itoa(s.cfg.Map.Count()), "memnodes:" + strconv.Itoa(len(s.cfg.Map.Domains()))}

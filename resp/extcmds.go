@@ -66,7 +66,7 @@ func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
 	fences, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
 	switch {
 	case err != nil:
-		st.w.err(errReply(err))
+		st.lockErr(err)
 	case !ok:
 		st.w.null()
 	default:
@@ -91,7 +91,7 @@ func (s *Server) cmdLockExtend(st *connState, args [][]byte) {
 	}
 	done, err := s.cfg.Map.Extend(st.ctx, string(args[1]), string(args[2]), d)
 	if err != nil {
-		st.w.err(errReply(err))
+		st.lockErr(err)
 		return
 	}
 	st.w.int(b2i(done))
@@ -102,7 +102,7 @@ func (s *Server) cmdLockExtend(st *connState, args [][]byte) {
 func (s *Server) cmdLockInfo(st *connState, args [][]byte) {
 	in, err := s.cfg.Map.Lookup(st.ctx, string(args[1]))
 	if err != nil {
-		st.w.err(errReply(err))
+		st.lockErr(err)
 		return
 	}
 	lease := "ok"

@@ -39,7 +39,7 @@ func testServer(tb testing.TB, password string) (*Server, *observer.ObservedLogs
 
 func newConn(s *Server) *connState {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	return &connState{id: s.nextID.Add(1), authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
+	return s.newConnState(ctx, cancel)
 }
 
 // readValue consumes one RESP2/RESP3 value from r, or fails.

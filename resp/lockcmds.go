@@ -33,6 +33,17 @@ func errReply(err error) string {
 	return "ERR " + err.Error()
 }
 
+// lockErr answers an error from the lock table. lockmap.ErrWouldBlock is
+// not an answer but a request to run the command again where it may wait
+// (the event loop does, loop.go, and discards this reply); the lock table
+// has left nothing held.
+func (st *connState) lockErr(err error) {
+	if errors.Is(err, lockmap.ErrWouldBlock) {
+		st.blocked = true
+	}
+	st.w.err(errReply(err))
+}
+
 // setArgs is SET's parsed options.
 type setArgs struct {
 	nx, xx, get, keepTTL bool
@@ -45,7 +56,7 @@ type setArgs struct {
 func parseSet(args [][]byte, now time.Time) (setArgs, string) {
 	var a setArgs
 	for i := 3; i < len(args); i++ {
-		opt := strings.ToUpper(string(args[i]))
+		opt := setOption(args[i])
 		switch opt {
 		case "NX":
 			if a.xx {
@@ -105,6 +116,38 @@ func parseSet(args [][]byte, now time.Time) (setArgs, string) {
 	return a, ""
 }
 
+// setOptions are SET's option words, upper-case.
+var setOptions = [...]string{"NX", "XX", "GET", "KEEPTTL", "EX", "PX", "EXAT", "PXAT"}
+
+// setOption returns the option word b names, case-insensitively, or "".
+// SET is on every lock's path, so it compares in place rather than
+// upper-case a copy.
+func setOption(b []byte) string {
+	for _, o := range setOptions {
+		if equalFold(b, o) {
+			return o
+		}
+	}
+	return ""
+}
+
+// equalFold reports whether b equals the upper-case ASCII word upper,
+// ignoring ASCII case.
+func equalFold(b []byte, upper string) bool {
+	if len(b) != len(upper) {
+		return false
+	}
+	for i, ch := range b {
+		if 'a' <= ch && ch <= 'z' {
+			ch -= 'a' - 'A'
+		}
+		if ch != upper[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // cmdSet acquires: SET key token NX [PX ms]. Only the NX form is a lock;
 // other forms would overwrite one, so they are refused with a reason.
 func (s *Server) cmdSet(st *connState, args [][]byte) {
@@ -123,7 +166,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 	_, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
 	switch {
 	case err != nil:
-		st.w.err(errReply(err))
+		st.lockErr(err)
 	case ok:
 		st.w.status("OK")
 	default:
@@ -136,7 +179,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 func (s *Server) lookup(st *connState, key string) (lockmap.Info, bool) {
 	in, err := s.cfg.Map.Lookup(st.ctx, key)
 	if err != nil {
-		st.w.err(errReply(err))
+		st.lockErr(err)
 		return in, false
 	}
 	if in.State == lockmap.HeldHere && in.Lost != nil {
@@ -168,7 +211,7 @@ func (s *Server) cmdDel(st *connState, args [][]byte) {
 	for _, k := range args[1:] {
 		in, err := s.cfg.Map.Lookup(st.ctx, string(k))
 		if err != nil {
-			st.w.err(errReply(err))
+			st.lockErr(err)
 			return
 		}
 		if in.State == lockmap.HeldElsewhere {
@@ -190,7 +233,7 @@ func (s *Server) cmdExists(st *connState, args [][]byte) {
 	for _, k := range args[1:] {
 		in, err := s.cfg.Map.Lookup(st.ctx, string(k))
 		if err != nil {
-			st.w.err(errReply(err))
+			st.lockErr(err)
 			return
 		}
 		if in.State != lockmap.Free {
@@ -261,7 +304,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 	}
 	done, err := s.cfg.Map.Extend(st.ctx, key, "", ttl)
 	if err != nil {
-		st.w.err(errReply(err))
+		st.lockErr(err)
 		return
 	}
 	st.w.int(b2i(done))

@@ -1,7 +1,7 @@
 package resp
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,16 +12,31 @@ import (
 )
 
 // scriptOps runs a recognised script's calls against the lock table, on
-// behalf of one connection.
+// behalf of one connection, under the connection's current context.
+//
+// On the event loop that context carries lockmap.NoWait: once a call
+// answers ErrWouldBlock, the script is to run again from the start on a
+// goroutine, so every later call refuses at once and the rest of the
+// script changes nothing here.
 type scriptOps struct {
-	s   *Server
-	st  *connState
-	ctx context.Context
+	s  *Server
+	st *connState
 }
 
-func (o scriptOps) Get(key string) (string, bool) {
-	in, err := o.s.cfg.Map.Lookup(o.ctx, key)
+// note records ErrWouldBlock for the event loop.
+func (o *scriptOps) note(err error) {
+	if errors.Is(err, lockmap.ErrWouldBlock) {
+		o.st.blocked = true
+	}
+}
+
+func (o *scriptOps) Get(key string) (string, bool) {
+	if o.st.blocked {
+		return "", false
+	}
+	in, err := o.s.cfg.Map.Lookup(o.st.ctx, key)
 	if err != nil {
+		o.note(err)
 		return "", false
 	}
 	switch in.State {
@@ -33,26 +48,42 @@ func (o scriptOps) Get(key string) (string, bool) {
 	return "", false
 }
 
-func (o scriptOps) Acquire(keys []string, token string, ttl time.Duration, reentrant bool) (bool, error) {
+func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reentrant bool) (bool, error) {
+	if o.st.blocked {
+		return false, lockmap.ErrWouldBlock
+	}
 	if len(keys) == 0 {
 		return true, nil
 	}
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.Budget(keys[0], ttl), Queue: o.st.queue}
-	_, ok, err := o.s.cfg.Map.Acquire(o.ctx, keys, token, opt)
+	_, ok, err := o.s.cfg.Map.Acquire(o.st.ctx, keys, token, opt)
+	o.note(err)
 	return ok, err
 }
 
-func (o scriptOps) Release(key, token string) (bool, error) {
+func (o *scriptOps) Release(key, token string) (bool, error) {
+	if o.st.blocked {
+		return false, lockmap.ErrWouldBlock
+	}
 	return o.s.cfg.Map.Release(key, token), nil
 }
 
-func (o scriptOps) Extend(key, token string, ttl time.Duration) (bool, error) {
-	return o.s.cfg.Map.Extend(o.ctx, key, token, ttl)
+func (o *scriptOps) Extend(key, token string, ttl time.Duration) (bool, error) {
+	if o.st.blocked {
+		return false, lockmap.ErrWouldBlock
+	}
+	ok, err := o.s.cfg.Map.Extend(o.st.ctx, key, token, ttl)
+	o.note(err)
+	return ok, err
 }
 
-func (o scriptOps) PTTL(key string) (int64, error) {
-	in, err := o.s.cfg.Map.Lookup(o.ctx, key)
+func (o *scriptOps) PTTL(key string) (int64, error) {
+	if o.st.blocked {
+		return 0, lockmap.ErrWouldBlock
+	}
+	in, err := o.s.cfg.Map.Lookup(o.st.ctx, key)
 	if err != nil {
+		o.note(err)
 		return 0, err
 	}
 	switch {
@@ -64,17 +95,18 @@ func (o scriptOps) PTTL(key string) (int64, error) {
 	return in.Holders[0].TTL.Milliseconds(), nil
 }
 
-// splitKeys reads "numkeys key... arg..." as EVAL and EVALSHA take them.
-func splitKeys(args [][]byte) (keys, argv []string, e string) {
+// splitKeys reads "numkeys key... arg..." as EVAL and EVALSHA take them,
+// appending to keys and argv (reused buffers).
+func splitKeys(args [][]byte, keys, argv []string) ([]string, []string, string) {
 	n, err := strconv.Atoi(string(args[0]))
 	if err != nil {
-		return nil, nil, "ERR value is not an integer or out of range"
+		return keys, argv, "ERR value is not an integer or out of range"
 	}
 	if n < 0 {
-		return nil, nil, "ERR Number of keys can't be negative"
+		return keys, argv, "ERR Number of keys can't be negative"
 	}
 	if n > len(args)-1 {
-		return nil, nil, "ERR Number of keys can't be greater than number of args"
+		return keys, argv, "ERR Number of keys can't be greater than number of args"
 	}
 	for _, k := range args[1 : 1+n] {
 		keys = append(keys, string(k))
@@ -86,12 +118,16 @@ func splitKeys(args [][]byte) (keys, argv []string, e string) {
 }
 
 func (s *Server) runScript(st *connState, sc *Script, rest [][]byte) {
-	keys, argv, e := splitKeys(rest)
+	keys, argv, e := splitKeys(rest, st.keys[:0], st.argv[:0])
+	st.keys, st.argv = keys, argv
 	if e != "" {
 		st.w.err(e)
 		return
 	}
-	st.w.reply(sc.Exec(scriptOps{s, st, st.ctx}, keys, argv))
+	st.w.reply(sc.Exec(&st.ops, keys, argv))
+	// Drop the strings, keep the space.
+	clear(keys)
+	clear(argv)
 }
 
 func (s *Server) remember(sha string, sc *Script) {
@@ -111,6 +147,30 @@ func (s *Server) findSHA(sha string) (*Script, bool) {
 	// A catalogued script's exact SHA works without a prior load: clients
 	// that try EVALSHA first skip the NOSCRIPT round trip.
 	return LookupSHA(sha)
+}
+
+// findSHABytes is findSHA for EVALSHA's argument, without making a string
+// of it: a SHA1 is 40 hex digits, lower-cased here into the connection's
+// scratch buffer, and map lookups by string(bytes) do not copy.
+func (s *Server) findSHABytes(st *connState, sha []byte) (*Script, bool) {
+	if len(sha) != len(st.lsha) {
+		return nil, false // every name in both tables is a 40-digit SHA1
+	}
+	b := st.lsha[:]
+	for i, ch := range sha {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		b[i] = ch
+	}
+	s.scriptsMu.RLock()
+	sc, ok := s.loaded[string(b)]
+	s.scriptsMu.RUnlock()
+	if ok {
+		return sc, true
+	}
+	sc, ok = bySHA[string(b)]
+	return sc, ok
 }
 
 // load resolves a script body, by its SHA or else by recognising it, and
@@ -135,7 +195,7 @@ func (s *Server) cmdEval(st *connState, args [][]byte) {
 }
 
 func (s *Server) cmdEvalSHA(st *connState, args [][]byte) {
-	sc, ok := s.findSHA(string(args[1]))
+	sc, ok := s.findSHABytes(st, args[1])
 	if !ok {
 		st.w.err("NOSCRIPT No matching script. Please use EVAL.")
 		return

@@ -1,15 +1,19 @@
-// Package resp is the proxy's Redis front end: a RESP2/RESP3 server (on
-// tidwall/redcon) whose commands run as locks in a lockmap.Map. Existing
-// Redis lock clients keep working unchanged: SET NX PX acquires, the
-// compare-and-delete and compare-and-extend scripts of the major lock
-// clients are recognised and run natively (scripts.go), and LOCK.* commands
-// expose what Redis cannot: shared locks, waiting and fencing tokens.
+// Package resp is the proxy's Redis front end: a RESP2/RESP3 server whose
+// commands run as locks in a lockmap.Map. Existing Redis lock clients keep
+// working unchanged: SET NX PX acquires, the compare-and-delete and
+// compare-and-extend scripts of the major lock clients are recognised and
+// run natively (scripts.go), and LOCK.* commands expose what Redis cannot:
+// shared locks, waiting and fencing tokens.
+//
+// Two front ends serve the same commands: an event loop on gnet (gnet.go,
+// loop.go), where a batch of pipelined commands costs one read and one write
+// and commands that might wait run on a goroutine of their own, and
+// tidwall/redcon (redcon.go), one goroutine per connection.
 package resp
 
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -17,10 +21,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+)
+
+// Front ends (Config.Frontend).
+const (
+	FrontendGnet   = "gnet"
+	FrontendRedcon = "redcon"
 )
 
 // Config configures a Server.
@@ -30,7 +39,9 @@ type Config struct {
 	// Password, if set, is required through AUTH or HELLO ... AUTH.
 	Password string
 	// MaxCommandBytes bounds one command on the wire (default 1 MiB); a
-	// client that sends more is told so and disconnected.
+	// client that sends more is told so and disconnected. On the gnet front
+	// end it also bounds the input a connection may have buffered while one
+	// of its commands waits for a lock.
 	MaxCommandBytes int
 	// MaxValueBytes bounds keys and tokens (default 64 KiB): lock tokens
 	// are small, and a huge one is a mistake worth an error.
@@ -40,10 +51,15 @@ type Config struct {
 	// features on it, so it names the Redis release whose behaviour the
 	// proxy follows.
 	Version string
-	// OnCommand, if set, is called after every command.
+	// OnCommand, if set, is called after every command with its duration.
+	// It may be called from several goroutines at once.
 	OnCommand func(name string, took time.Duration)
 	// Info, if set, adds lines to INFO's "# Locks" section.
 	Info func() []string
+	// Frontend is FrontendGnet (default) or FrontendRedcon.
+	Frontend string
+	// EventLoops is the number of gnet event loops (default 1).
+	EventLoops int
 }
 
 func (c *Config) defaults() {
@@ -59,43 +75,115 @@ func (c *Config) defaults() {
 	if c.Version == "" {
 		c.Version = "7.2.4"
 	}
+	if c.Frontend == "" {
+		c.Frontend = FrontendGnet
+	}
+	if c.EventLoops <= 0 {
+		c.EventLoops = 1
+	}
 }
 
-// Server serves RESP on listeners. It is safe for concurrent use.
+// frontend is one way of accepting connections and feeding their commands
+// to Server.exec.
+type frontend interface {
+	listen(addr string) (net.Addr, error)
+	close() error
+}
+
+// Server serves RESP. It is safe for concurrent use.
 type Server struct {
 	cfg     Config
 	log     *zap.Logger
-	srv     *redcon.Server
+	fe      frontend
 	nextID  atomic.Int64
 	clients atomic.Int64
+	blocked atomic.Int64 // commands queued in a lock right now
+	offload atomic.Int64 // gnet: commands run on a goroutine so far
 	started time.Time
 
 	scriptsMu sync.RWMutex
 	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
 
-	hangups hangups
+	mu     sync.Mutex
+	addr   net.Addr
+	done   chan error // receives the front end's end, once
+	closed bool
+
+	hangups hangups // redcon only: see hangup.go
 }
 
-// New returns a Server; call Serve to start it.
+// New returns a Server; call Listen to start it.
 func New(cfg Config) *Server {
 	cfg.defaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*Script{}, started: time.Now()}
-	s.srv = redcon.NewServer("", s.serveRESP, s.accept, s.closed)
+	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*Script{}, started: time.Now(), done: make(chan error, 1)}
+	switch cfg.Frontend {
+	case FrontendRedcon:
+		s.fe = newRedconFrontend(s)
+	case FrontendGnet:
+		s.fe = newGnetFrontend(s)
+	}
 	return s
 }
 
 // Clients is the number of connected clients.
 func (s *Server) Clients() int64 { return s.clients.Load() }
 
-// Serve accepts connections on ln until Close.
-func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(&limitListener{Listener: ln, max: s.cfg.MaxCommandBytes})
+// Listen binds addr (host:port; port 0 picks a free port, see Addr) and
+// serves on it in the background until Close.
+func (s *Server) Listen(addr string) error {
+	if s.fe == nil {
+		return fmt.Errorf("resp: unknown front end %q (want %q or %q)", s.cfg.Frontend, FrontendGnet, FrontendRedcon)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.addr != nil {
+		return fmt.Errorf("resp: Listen called twice or after Close")
+	}
+	a, err := s.fe.listen(addr)
+	if err != nil {
+		return err
+	}
+	s.addr = a
+	return nil
 }
 
-// Close stops accepting and closes every connection.
-func (s *Server) Close() error { return s.srv.Close() }
+// Addr is the address Listen bound, with the port the kernel picked; nil
+// before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
 
-// connState is per-connection protocol state.
+// Done receives the error that ended serving (nil after Close), once.
+func (s *Server) Done() <-chan error { return s.done }
+
+// stopped is how a front end reports that it no longer serves.
+func (s *Server) stopped(err error) {
+	select {
+	case s.done <- err:
+	default:
+	}
+}
+
+// Close stops accepting and closes every connection. Commands still
+// waiting for a lock see their connection's context cancelled.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.addr == nil || s.fe == nil {
+		return nil
+	}
+	return s.fe.close()
+}
+
+// connState is per-connection protocol state. Exactly one goroutine uses it
+// at a time: the connection's own (redcon), or the event loop, or the
+// goroutine a waiting command runs on while the loop leaves it alone (gnet).
 type connState struct {
 	id      int64
 	resp3   bool
@@ -105,98 +193,128 @@ type connState struct {
 	libVer  string
 	w       replyWriter
 	srv     *Server
-	lim     *limitConn
-	ctx     context.Context
-	cancel  context.CancelFunc
+	lim     *limitConn // redcon only
+	// ctx is the context lock operations run under; on the event loop it
+	// carries lockmap.NoWait.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// blocked is set when a lock operation under NoWait answered
+	// lockmap.ErrWouldBlock: the command must run again where it may wait.
+	blocked bool
+	ops     scriptOps
+	// Scratch space reused across commands, so that dispatch allocates
+	// nothing: the lower-cased command name, a lower-cased script SHA1, the
+	// KEYS and ARGV of a script.
+	lname [16]byte
+	lsha  [40]byte
+	keys  []string
+	argv  []string
 }
 
-// queue is the lockmap Queue hook: while this connection's command waits in
-// a lock's queue, a client hang-up cancels the wait.
-func (st *connState) queue(ctx context.Context) (context.Context, func()) {
-	if st.lim == nil {
-		return ctx, func() {}
-	}
-	return st.srv.hangups.watch(ctx, st.lim.Conn)
-}
-
-func (s *Server) accept(c redcon.Conn) bool {
-	ctx, cancel := context.WithCancel(context.Background())
+func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
 	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
-	st.lim, _ = c.NetConn().(*limitConn)
-	c.SetContext(st)
-	s.clients.Add(1)
-	return true
+	st.ops = scriptOps{s: s, st: st}
+	return st
 }
 
-func (s *Server) closed(c redcon.Conn, err error) {
-	if st, ok := c.Context().(*connState); ok {
-		st.cancel()
+// queue is the lockmap Queue hook: it counts commands queued in a lock
+// (INFO blocked_clients) and, on redcon, watches for the client hanging up
+// meanwhile. The event loop learns of a hang-up from the socket (OnClose)
+// and cancels the connection's context itself.
+func (st *connState) queue(ctx context.Context) (context.Context, func()) {
+	s := st.srv
+	s.blocked.Add(1)
+	if st.lim == nil {
+		return ctx, func() { s.blocked.Add(-1) }
 	}
-	s.clients.Add(-1)
-	var perr interface{ Error() string }
-	if err != nil && !errors.Is(err, net.ErrClosed) && errors.As(err, &perr) {
-		s.log.Debug("connection closed", zap.String("remote", c.RemoteAddr()), zap.Error(err))
-	}
-}
-
-func (s *Server) serveRESP(c redcon.Conn, cmd redcon.Command) {
-	st := c.Context().(*connState)
-	if st.lim != nil {
-		st.lim.consumed += int64(len(cmd.Raw))
-	}
-	start := time.Now()
-	st.w.resp3 = st.resp3
-	st.w.reset()
-	name := s.exec(st, cmd.Args)
-	if len(st.w.b) > 0 {
-		c.WriteRaw(st.w.b)
-	}
-	if name == "quit" {
-		c.Close()
-	}
-	if s.cfg.OnCommand != nil {
-		s.cfg.OnCommand(name, time.Since(start))
-	}
+	qctx, stop := s.hangups.watch(ctx, st.lim.Conn)
+	return qctx, func() { stop(); s.blocked.Add(-1) }
 }
 
 // exec runs one command and writes its reply to st.w. It returns the
 // command's name as counted in metrics.
 func (s *Server) exec(st *connState, args [][]byte) (name string) {
+	c, name := s.prepare(st, args)
+	if c != nil {
+		s.run(st, c, args)
+	}
+	return name
+}
+
+// prepare finds args' command and checks what every command needs
+// (argument sizes, authentication, arity). It answers the errors itself and
+// then returns a nil command. name is the command's name for metrics:
+// "unknown", "empty", or a name from the command table, never a string
+// made from client input.
+func (s *Server) prepare(st *connState, args [][]byte) (*command, string) {
+	if len(args) == 0 {
+		st.w.err("ERR empty command")
+		return nil, "empty"
+	}
+	c := st.lookup(args[0])
+	name := "unknown"
+	if c != nil {
+		name = c.name
+	}
+	for _, a := range args[1:] {
+		if len(a) > s.cfg.MaxValueBytes {
+			st.w.err(fmt.Sprintf("ERR argument of %d bytes is too large for a lock proxy (max %d)", len(a), s.cfg.MaxValueBytes))
+			return nil, name
+		}
+	}
+	if c == nil {
+		st.w.err(unknownCommand(strings.ToLower(string(args[0])), args[1:]))
+		return nil, name
+	}
+	if !st.authed && !c.noAuth {
+		st.w.err("NOAUTH Authentication required.")
+		return nil, name
+	}
+	if len(args) < c.minArgs || (c.maxArgs > 0 && len(args) > c.maxArgs) {
+		st.w.err(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
+		return nil, name
+	}
+	return c, name
+}
+
+// lookup finds a command by name, case-insensitively, without allocating:
+// the name is lower-cased into the connection's scratch buffer, and a map
+// index by string(bytes) does not copy.
+func (st *connState) lookup(name []byte) *command {
+	if len(name) > len(st.lname) {
+		return nil
+	}
+	b := st.lname[:len(name)]
+	for i, ch := range name {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		b[i] = ch
+	}
+	return commands[string(b)]
+}
+
+// run executes a prepared command. Its reply is appended to st.w, after
+// whatever the event loop has already put there for earlier commands of
+// the same batch.
+func (s *Server) run(st *connState, c *command, args [][]byte) {
 	w := &st.w
+	mark := len(w.b)
 	defer func() {
 		// A handler bug must cost one reply, never the process.
 		if r := recover(); r != nil {
-			s.log.Error("command panicked", zap.String("command", name), zap.Any("panic", r), zap.Stack("stack"))
-			w.reset()
+			s.log.Error("command panicked", zap.String("command", c.name), zap.Any("panic", r), zap.Stack("stack"))
+			w.b = w.b[:mark]
 			w.err("ERR internal error while running the command")
 		}
 	}()
-	if len(args) == 0 {
-		w.err("ERR empty command")
-		return "empty"
-	}
-	name = strings.ToLower(string(args[0]))
-	for _, a := range args[1:] {
-		if len(a) > s.cfg.MaxValueBytes {
-			w.err(fmt.Sprintf("ERR argument of %d bytes is too large for a lock proxy (max %d)", len(a), s.cfg.MaxValueBytes))
-			return name
-		}
-	}
-	c, ok := commands[name]
-	if !ok {
-		w.err(unknownCommand(name, args[1:]))
-		return "unknown"
-	}
-	if !st.authed && !c.noAuth {
-		w.err("NOAUTH Authentication required.")
-		return name
-	}
-	if len(args) < c.minArgs || (c.maxArgs > 0 && len(args) > c.maxArgs) {
-		w.err(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
-		return name
-	}
 	c.run(s, st, args)
-	return name
+}
+
+func (s *Server) onCommand(name string, start time.Time) {
+	if s.cfg.OnCommand != nil {
+		s.cfg.OnCommand(name, time.Since(start))
+	}
 }
 
 func (s *Server) checkPassword(user, pass string) bool {
@@ -204,56 +322,4 @@ func (s *Server) checkPassword(user, pass string) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.Password)) == 1
-}
-
-// limitListener wraps connections so that a command larger than max bytes
-// cannot make the server buffer it: redcon grows its read buffer to fit any
-// command, so the limit lives in the connection's reads.
-type limitListener struct {
-	net.Listener
-	max int
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
-	return &limitConn{Conn: c, max: l.max, g: newGuard(maxArgs, int64(l.max), l.max)}, nil
-}
-
-// limitConn bounds what the server buffers for one connection: bytes read
-// minus bytes of commands already handed to the handler. Only an incomplete
-// command can make that grow, so the bound is exactly "no command larger
-// than max". Reads and the handler run on redcon's one goroutine per
-// connection, so the counters need no lock.
-type limitConn struct {
-	net.Conn
-	max      int
-	read     int64
-	consumed int64
-	g        *guard
-}
-
-var errTooLarge = errors.New("command too large")
-
-// maxArgs bounds the arguments of one command; the largest lock command is a
-// multi-key script, far below this.
-const maxArgs = 1 << 16
-
-func (c *limitConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.read += int64(n)
-	if c.read-c.consumed > int64(c.max) {
-		fmt.Fprintf(c.Conn, "-ERR command exceeds %d bytes, the proxy's limit\r\n", c.max)
-		return 0, errTooLarge
-	}
-	if gerr := c.g.feed(p[:n]); gerr != nil {
-		fmt.Fprintf(c.Conn, "-ERR %s\r\n", oneLine(gerr.Error()))
-		return 0, gerr
-	}
-	return n, err
 }

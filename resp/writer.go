@@ -2,9 +2,11 @@ package resp
 
 import "strconv"
 
-// replyWriter accumulates one command's reply in the connection's protocol.
-// Handlers write to it rather than to the connection so that every reply
-// path can be tested and fuzzed without a network.
+// replyWriter accumulates replies in the connection's protocol: one
+// command's (redcon), or a whole batch of pipelined commands' (the event
+// loop, which writes them with one system call). Handlers write to it
+// rather than to the connection so that every reply path can be tested and
+// fuzzed without a network.
 type replyWriter struct {
 	b     []byte
 	resp3 bool
@@ -30,6 +32,15 @@ func (w *replyWriter) bulk(s string) {
 	w.b = strconv.AppendInt(w.b, int64(len(s)), 10)
 	w.b = append(w.b, "\r\n"...)
 	w.b = append(w.b, s...)
+	w.b = append(w.b, "\r\n"...)
+}
+
+// bulkBytes is bulk for an argument echoed back, without a string copy.
+func (w *replyWriter) bulkBytes(b []byte) {
+	w.b = append(w.b, '$')
+	w.b = strconv.AppendInt(w.b, int64(len(b)), 10)
+	w.b = append(w.b, "\r\n"...)
+	w.b = append(w.b, b...)
 	w.b = append(w.b, "\r\n"...)
 }
 

@@ -43,8 +43,12 @@ func main() {
 	kinds := flag.String("faults", strings.Join(chaos.FaultKinds, ","), "fault kinds, in rotation")
 	flag.BoolVar(&cfg.Plant, "plant-double-grant", false, "record a critical section taken without the lock: the checker must flag it")
 	doc := flag.String("doc", "", "rewrite the chaos section of this Markdown file")
+	frontend := flag.String("frontend", "", `RESP front end of every proxy, "gnet" or "redcon" (default: the proxy's)`)
 	flag.Parse()
 	cfg.Kinds = strings.Split(*kinds, ",")
+	if *frontend != "" {
+		cfg.ProxyArgs = []string{"-frontend", *frontend}
+	}
 	cfg.Log = os.Stderr
 	if cfg.WorkDir == "" {
 		dir, err := os.MkdirTemp("", "chaos-")

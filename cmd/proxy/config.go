@@ -38,6 +38,12 @@ type config struct {
 	// get their turn.
 	Threshold int `yaml:"writer_threshold"`
 
+	// Frontend serves RESP: "gnet" (event loops) or "redcon" (a goroutine
+	// per connection).
+	Frontend string `yaml:"frontend"`
+	// EventLoops is the number of gnet event loops.
+	EventLoops int `yaml:"event_loops"`
+
 	MetricsListen string `yaml:"metrics_listen"`
 	LogLevel      string `yaml:"log_level"`
 	// CPUProfile (flag only) writes a CPU profile until shutdown.
@@ -59,6 +65,8 @@ func defaultConfig() config {
 		WaitFraction:  0.04,
 		WaitMax:       2 * time.Second,
 		Threshold:     16,
+		Frontend:      "gnet",
+		EventLoops:    1,
 		MetricsListen: "127.0.0.1:9380",
 		LogLevel:      "info",
 	}
@@ -115,6 +123,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
 	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
 	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
+	fs.StringVar(&f.Frontend, "frontend", cfg.Frontend, `RESP front end: "gnet" (event loops) or "redcon" (a goroutine per connection)`)
+	fs.IntVar(&f.EventLoops, "event-loops", cfg.EventLoops, "gnet event loops")
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
 	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
@@ -146,8 +156,16 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
 	over("writer-threshold", func() { cfg.Threshold = f.Threshold })
+	over("frontend", func() { cfg.Frontend = f.Frontend })
+	over("event-loops", func() { cfg.EventLoops = f.EventLoops })
 	over("metrics", func() { cfg.MetricsListen = f.MetricsListen })
 	over("log-level", func() { cfg.LogLevel = f.LogLevel })
+	if cfg.Frontend != "gnet" && cfg.Frontend != "redcon" {
+		return config{}, fmt.Errorf("frontend must be \"gnet\" or \"redcon\", got %q", cfg.Frontend)
+	}
+	if cfg.EventLoops < 1 {
+		return config{}, errors.New("event_loops must be at least 1")
+	}
 	if cfg.Entries == 0 {
 		return config{}, errors.New("entries must be positive")
 	}

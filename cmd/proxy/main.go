@@ -95,22 +95,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, mb := range ms {
 		go mb.supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.name).Inc(); m.watchDomain(lm, mb.index) })
 	}
-	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand})
+	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand,
+		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops})
 	m.watch(srv, lm)
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
+	if err := srv.Listen(cfg.Listen); err != nil {
 		log.Error("listen", zap.Error(err))
 		return 1
 	}
-	if cfg.Requirepass == "" && !isLoopback(ln.Addr()) {
+	addr := srv.Addr()
+	if cfg.Requirepass == "" && !isLoopback(addr) {
 		log.Warn("serving without requirepass on a non-loopback address: anyone who can reach it can take and release locks",
-			zap.String("addr", ln.Addr().String()))
+			zap.String("addr", addr.String()))
 	}
 	var msrv *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
 		if msrv, err = procutil.ServeMetrics(cfg.MetricsListen, m.reg, log); err != nil {
-			_ = ln.Close()
+			_ = srv.Close()
 			log.Error("metrics listen", zap.Error(err))
 			return 1
 		}
@@ -120,16 +121,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for i, d := range doms {
 		names[i] = d.Name
 	}
-	log.Info("proxy listening", zap.String("addr", ln.Addr().String()), zap.Strings("memnodes", names))
-	fmt.Fprintf(stdout, "proxy listening on %s\n", ln.Addr())
+	log.Info("proxy listening", zap.String("addr", addr.String()), zap.Strings("memnodes", names),
+		zap.String("frontend", cfg.Frontend), zap.Int("event_loops", cfg.EventLoops), zap.Bool("inline_locks", lm.Inline()))
+	fmt.Fprintf(stdout, "proxy listening on %s\n", addr)
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	code := 0
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case err := <-served:
+	case err := <-srv.Done():
 		log.Error("serve", zap.Error(err))
 		code = 1
 	}

@@ -236,11 +236,27 @@ func Memnode(t testing.TB, args ...string) *Proc {
 	return Start(t, "memnode", Bin(t, "memnode"), args, MemnodeReady)
 }
 
+// FrontendEnv names the environment variable that picks the RESP front end
+// of every proxy the tests start ("gnet" or "redcon"; unset: the proxy's
+// default), so that one suite covers both:
+//
+//	SHIFTLOCK_TEST_FRONTEND=redcon go test ./itest/... ./chaos/...
+const FrontendEnv = "SHIFTLOCK_TEST_FRONTEND"
+
+// ProxyArgs are the arguments every test proxy starts with: the front end
+// named by FrontendEnv, if any. A test's own -frontend, given later, wins.
+func ProxyArgs() []string {
+	if fe := os.Getenv(FrontendEnv); fe != "" {
+		return []string{"-frontend", fe}
+	}
+	return nil
+}
+
 // Proxy starts cmd/proxy on a free loopback port.
 func Proxy(t testing.TB, args ...string) *Proc {
 	t.Helper()
-	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, args...)
-	return Start(t, "proxy", Bin(t, "proxy"), args, ProxyReady)
+	base := append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, ProxyArgs()...)
+	return Start(t, "proxy", Bin(t, "proxy"), append(base, args...), ProxyReady)
 }
 
 // FreePort returns a loopback port that was free a moment ago

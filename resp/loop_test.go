@@ -1,0 +1,585 @@
+package resp
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+// fakeConn is a connection for the loop without a socket: its input is a
+// byte slice, its writes are recorded one by one.
+type fakeConn struct {
+	in     []byte
+	writes [][]byte
+}
+
+func (f *fakeConn) Peek(n int) ([]byte, error) {
+	if n <= 0 || n > len(f.in) {
+		return f.in, nil
+	}
+	return f.in[:n], nil
+}
+
+func (f *fakeConn) Discard(n int) (int, error) {
+	if n <= 0 {
+		panic("Discard(<=0) drops all of gnet's input")
+	}
+	f.in = f.in[n:]
+	return n, nil
+}
+
+func (f *fakeConn) Write(p []byte) (int, error) {
+	f.writes = append(f.writes, append([]byte(nil), p...))
+	return len(p), nil
+}
+
+func (f *fakeConn) out() string {
+	var b strings.Builder
+	for _, w := range f.writes {
+		b.Write(w)
+	}
+	return b.String()
+}
+
+// loopClient drives one loopConn as gnet's event loop would: input makes it
+// run onTraffic, and so does the goroutine's wake-up.
+type loopClient struct {
+	t      testing.TB
+	s      *Server
+	lc     *loopConn
+	f      fakeConn
+	woke   chan struct{}
+	closed bool
+	gone   bool
+}
+
+func newLoopClient(t testing.TB, s *Server) *loopClient {
+	c := &loopClient{t: t, s: s, woke: make(chan struct{}, 1)}
+	c.lc = s.newLoopConn(func() {
+		select {
+		case c.woke <- struct{}{}:
+		default: // one pending wake-up is enough: settle looks again
+		}
+	})
+	t.Cleanup(c.hangUp)
+	return c
+}
+
+// send appends input and runs the loop once, as a read would.
+func (c *loopClient) send(in string) {
+	c.t.Helper()
+	if c.closed {
+		c.t.Fatal("send on a closed connection")
+	}
+	c.f.in = append(c.f.in, in...)
+	c.closed = c.s.onTraffic(c.lc, &c.f)
+	if c.closed {
+		c.hangUp()
+	}
+}
+
+// settle waits until no command of this connection runs on a goroutine,
+// running the loop on each wake-up.
+func (c *loopClient) settle() {
+	c.t.Helper()
+	for c.lc.busy && !c.closed {
+		select {
+		case <-c.woke:
+		case <-time.After(time.Minute):
+			c.t.Fatal("a held command never finished")
+		}
+		c.closed = c.s.onTraffic(c.lc, &c.f)
+		if c.closed {
+			c.hangUp()
+		}
+	}
+}
+
+// hangUp is gnet's OnClose, once.
+func (c *loopClient) hangUp() {
+	if !c.gone {
+		c.gone = true
+		c.s.closeLoopConn(c.lc)
+	}
+}
+
+// do sends one command, waits for it, and returns what it wrote.
+func (c *loopClient) do(args ...string) string {
+	c.t.Helper()
+	n := len(c.f.writes)
+	c.send(respCmd(args...))
+	c.settle()
+	var b strings.Builder
+	for _, w := range c.f.writes[n:] {
+		b.Write(w)
+	}
+	return b.String()
+}
+
+func respCmd(args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b.String()
+}
+
+// loopServer is a Server over an embedded (inline) memory node whose SET NX
+// waits up to a minute for a held key: tests release the holder instead.
+func loopServer(t testing.TB, tweak func(*Config)) *Server {
+	t.Helper()
+	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("loop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := lockmap.New([]*lockmap.Domain{{Name: "embedded", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
+	t.Cleanup(m.Close)
+	cfg := Config{Map: m, Logger: zap.NewNop(), Wait: lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: time.Minute}}}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	return New(cfg)
+}
+
+// replies splits a stream into its RESP values, or fails the test if it is
+// not a sequence of complete, well-formed values.
+func replies(t testing.TB, out string) []string {
+	t.Helper()
+	vals, err := splitReplies(out)
+	if err != nil {
+		t.Fatalf("malformed output %q: %v", out, err)
+	}
+	return vals
+}
+
+func splitReplies(out string) ([]string, error) {
+	var vals []string
+	for len(out) > 0 {
+		n, err := valueLen(out)
+		if err != nil {
+			return vals, err
+		}
+		vals = append(vals, out[:n])
+		out = out[n:]
+	}
+	return vals, nil
+}
+
+// valueLen is the length of the RESP2/RESP3 value at the front of s.
+func valueLen(s string) (int, error) {
+	i := strings.Index(s, "\r\n")
+	if i < 1 {
+		return 0, fmt.Errorf("no CRLF-terminated line in %q", s)
+	}
+	line, n := s[1:i], i+2
+	switch s[0] {
+	case '+', '-', ':', '_':
+		return n, nil
+	case '$', '=':
+		l, err := strconv.Atoi(line)
+		if err != nil || l < -1 {
+			return 0, fmt.Errorf("bad length %q", line)
+		}
+		if l == -1 {
+			return n, nil
+		}
+		if len(s) < n+l+2 || s[n+l:n+l+2] != "\r\n" {
+			return 0, fmt.Errorf("bulk of %d not terminated", l)
+		}
+		return n + l + 2, nil
+	case '*', '%':
+		k, err := strconv.Atoi(line)
+		if err != nil || k < 0 {
+			return 0, fmt.Errorf("bad count %q", line)
+		}
+		if s[0] == '%' {
+			k *= 2
+		}
+		for ; k > 0; k-- {
+			m, err := valueLen(s[n:])
+			if err != nil {
+				return 0, err
+			}
+			n += m
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("unknown type %q", s[0])
+}
+
+const casDeleteBody = `if redis.call("get",KEYS[1]) == ARGV[1] then
+    return redis.call("del",KEYS[1])
+else
+    return 0
+end`
+
+// awaitBlocked waits until n commands are queued in a lock.
+func awaitBlocked(t testing.TB, s *Server, n int64) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); s.blocked.Load() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("blocked clients: %d, want %d", s.blocked.Load(), n)
+		}
+	}
+}
+
+// TestLoopPipelineOneWrite: every command of a pipeline that arrives at
+// once is answered, in order, with one write.
+func TestLoopPipelineOneWrite(t *testing.T) {
+	s := loopServer(t, nil)
+	c := newLoopClient(t, s)
+	sha := strings.TrimSpace(c.do("SCRIPT", "LOAD", casDeleteBody)[len("$40\r\n"):])
+	c.f.writes = nil
+	var in strings.Builder
+	var want []string
+	for i := 0; i < 50; i++ {
+		k := fmt.Sprintf("k%d", i)
+		in.WriteString(respCmd("SET", k, "tok", "PX", "60000", "NX"))
+		in.WriteString(respCmd("ping"))
+		in.WriteString(respCmd("GET", k))
+		in.WriteString(respCmd("EVALSHA", sha, "1", k, "tok"))
+		in.WriteString(respCmd("ECHO", k))
+		want = append(want, "+OK\r\n", "+PONG\r\n", "$3\r\ntok\r\n", ":1\r\n", fmt.Sprintf("$%d\r\n%s\r\n", len(k), k))
+	}
+	c.send(in.String())
+	if c.lc.busy || c.closed {
+		t.Fatalf("busy %v closed %v after an uncontended pipeline", c.lc.busy, c.closed)
+	}
+	if len(c.f.writes) != 1 {
+		t.Fatalf("%d writes for one batch, want 1", len(c.f.writes))
+	}
+	got := replies(t, c.f.out())
+	if strings.Join(got, "") != strings.Join(want, "") {
+		t.Fatalf("replies:\n%q\nwant:\n%q", got, want)
+	}
+	if len(c.f.in) != 0 {
+		t.Fatalf("%d input bytes left over", len(c.f.in))
+	}
+	if n := s.offload.Load(); n != 0 {
+		t.Fatalf("%d commands went to a goroutine on an inline map with free keys", n)
+	}
+}
+
+// TestLoopInputInPieces: a pipeline that arrives a byte at a time gets the
+// same replies as one that arrives at once.
+func TestLoopInputInPieces(t *testing.T) {
+	s := loopServer(t, nil)
+	in := respCmd("SET", "a", "t", "NX") + "PING\r\n\r\n" + respCmd("GET", "a") + "$x y\r\n" + respCmd("DEL", "a") + respCmd("EXISTS", "a")
+	want := "+OK\r\n+PONG\r\n$1\r\nt\r\n-ERR unknown command '$x'"
+	c := newLoopClient(t, s)
+	for i := range in {
+		c.send(in[i : i+1])
+	}
+	c.settle()
+	out := c.f.out()
+	if !strings.HasPrefix(out, want) || !strings.HasSuffix(out, ":1\r\n:0\r\n") || len(replies(t, out)) != 6 {
+		t.Fatalf("byte by byte: %q", out)
+	}
+}
+
+// TestLoopWouldBlockFallback: on an inline map, SET NX on a held key with a
+// wait budget answers ErrWouldBlock on the loop and runs again on a
+// goroutine, where it queues; commands pipelined behind it wait, and are
+// answered after it, in order, once the holder releases.
+func TestLoopWouldBlockFallback(t *testing.T) {
+	var mu sync.Mutex
+	var names []string
+	s := loopServer(t, func(c *Config) {
+		c.OnCommand = func(name string, _ time.Duration) {
+			mu.Lock()
+			names = append(names, name)
+			mu.Unlock()
+		}
+	})
+	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
+	if r := holder.do("SET", "k", "holder", "PX", "60000", "NX"); r != "+OK\r\n" {
+		t.Fatalf("holder: %q", r)
+	}
+	waiter.send(respCmd("SET", "k", "waiter", "PX", "60000", "NX") + respCmd("PING") + respCmd("GET", "k"))
+	if !waiter.lc.busy || len(waiter.f.writes) != 0 {
+		t.Fatalf("the SET did not go to a goroutine (busy %v, wrote %q)", waiter.lc.busy, waiter.f.out())
+	}
+	if s.offload.Load() != 1 {
+		t.Fatalf("offloaded %d commands, want 1", s.offload.Load())
+	}
+	awaitBlocked(t, s, 1) // queued in the lock
+	// The loop keeps serving others meanwhile, and more pipelined input
+	// stays buffered behind the SET.
+	if r := holder.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("another connection while one waits: %q", r)
+	}
+	waiter.send(respCmd("ECHO", "later"))
+	if len(waiter.f.writes) != 0 {
+		t.Fatalf("answered while its first command waits: %q", waiter.f.out())
+	}
+	mu.Lock()
+	names = nil
+	mu.Unlock()
+	if r := holder.do("DEL", "k"); r != ":1\r\n" {
+		t.Fatalf("release: %q", r)
+	}
+	waiter.settle()
+	if got, want := waiter.f.out(), "+OK\r\n+PONG\r\n$6\r\nwaiter\r\n$5\r\nlater\r\n"; got != want {
+		t.Fatalf("replies %q, want %q", got, want)
+	}
+	if len(waiter.f.writes) != 1 {
+		t.Fatalf("%d writes for the waited command and what followed it, want 1", len(waiter.f.writes))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The DEL is counted on the loop; the SET may finish first.
+	var waiterNames []string
+	for _, n := range names {
+		if n != "del" {
+			waiterNames = append(waiterNames, n)
+		}
+	}
+	if strings.Join(waiterNames, ",") != "set,ping,get,echo" || len(names) != 5 {
+		t.Fatalf("OnCommand saw %v", names)
+	}
+}
+
+// TestLoopScriptWouldBlock: a script whose first lock-table call would block
+// on the loop changes nothing there and runs again on a goroutine.
+func TestLoopScriptWouldBlock(t *testing.T) {
+	s := loopServer(t, nil)
+	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
+	holder.do("SET", "s", "holder", "PX", "60000", "NX")
+	// redis-py's Lua acquire for version 2.10 (SETNX, PEXPIRE), recognised by
+	// SHA1 and run natively: its Acquire waits like SET NX.
+	sc := byID(t, "redis-py/acquire-2.10")
+	waiter.send(respCmd("EVALSHA", sc.SHA1, "1", "s", "waiter", "60000"))
+	if !waiter.lc.busy {
+		t.Fatalf("the script did not go to a goroutine: %q", waiter.f.out())
+	}
+	awaitBlocked(t, s, 1)
+	holder.do("DEL", "s")
+	waiter.settle()
+	if got := waiter.f.out(); got != ":1\r\n" {
+		t.Fatalf("script reply %q, want :1", got)
+	}
+	if r := holder.do("GET", "s"); r != "$6\r\nwaiter\r\n" {
+		t.Fatalf("GET after the script: %q", r)
+	}
+}
+
+func byID(t testing.TB, id string) *Script {
+	for _, sc := range Catalogue() {
+		if sc.ID == id {
+			return sc
+		}
+	}
+	t.Fatalf("no script %s", id)
+	return nil
+}
+
+// TestLoopHangUpWhileQueued: a connection that closes while its command
+// waits in a lock's queue abandons the wait; when the holder releases, the
+// lock is passed on and released at once rather than kept for the TTL.
+func TestLoopHangUpWhileQueued(t *testing.T) {
+	s := loopServer(t, nil)
+	holder, quitter, next := newLoopClient(t, s), newLoopClient(t, s), newLoopClient(t, s)
+	holder.do("SET", "h", "holder", "PX", "60000", "NX")
+	quitter.send(respCmd("SET", "h", "quitter", "PX", "60000", "NX"))
+	awaitBlocked(t, s, 1)
+	quitter.hangUp() // gnet's OnClose
+	awaitBlocked(t, s, 0)
+	holder.do("DEL", "h")
+	for end := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if r := next.do("LOCK.ACQUIRE", "h", "next", "PX", "60000", "WAIT", "0"); strings.HasPrefix(r, ":") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the lock stayed with a client that hung up while queued")
+		}
+	}
+	if st := s.cfg.Map.Domains()[0].Client.Stats(); st.Abandoned.Load() != 1 {
+		t.Fatalf("abandoned waits: %d, want 1", st.Abandoned.Load())
+	}
+}
+
+// TestLoopPipelineLimit: behind a waiting command, a connection may buffer
+// up to MaxCommandBytes; past that it is told why and closed, which
+// abandons the wait.
+func TestLoopPipelineLimit(t *testing.T) {
+	s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
+	holder, flood := newLoopClient(t, s), newLoopClient(t, s)
+	holder.do("SET", "p", "holder", "PX", "60000", "NX")
+	flood.send(respCmd("SET", "p", "flood", "PX", "60000", "NX"))
+	awaitBlocked(t, s, 1)
+	flood.send(strings.Repeat("PING\r\n", 100)) // 600 bytes: fine
+	if flood.closed || len(flood.f.writes) != 0 {
+		t.Fatalf("closed %v, wrote %q under the limit", flood.closed, flood.f.out())
+	}
+	flood.send(strings.Repeat("PING\r\n", 100)) // 1200 bytes: too many
+	if !flood.closed {
+		t.Fatal("still open past the limit")
+	}
+	if got := flood.f.out(); !strings.HasPrefix(got, "-ERR more than 1024 bytes of commands are pipelined behind one still waiting for its lock") {
+		t.Fatalf("reply %q", got)
+	}
+	awaitBlocked(t, s, 0) // the wait was abandoned
+}
+
+// TestLoopLargeBatchNotLimited: the limit is on input left waiting, not on
+// what arrives at once: a large pipeline of quick commands is all served.
+func TestLoopLargeBatchNotLimited(t *testing.T) {
+	s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
+	c := newLoopClient(t, s)
+	c.send(strings.Repeat("PING\r\n", 1000))
+	if c.closed || len(replies(t, c.f.out())) != 1000 {
+		t.Fatalf("closed %v after %d replies", c.closed, len(replies(t, c.f.out())))
+	}
+}
+
+// TestLoopBadInput: what the guard, the parser or the size limit rejects
+// gets an error reply and a closed connection, whether or not a command of
+// the connection is waiting.
+func TestLoopBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+		// A waiting connection's input is checked by the guard and the
+		// buffer limit as it arrives, and by the parser only once the
+		// waiting command is done.
+		waitingWant  string
+		afterWaiting bool
+	}{
+		{name: "huge multibulk count", in: "*3000000000\r\n", want: "-ERR protocol error: 3000000000 arguments"},
+		{name: "huge bulk", in: "*2\r\n$3\r\nGET\r\n$99999999999\r\n", want: "-ERR protocol error: bulk of 99999999999 bytes"},
+		{name: "not RESP after a count", in: "*1\r\n+PING\r\n", want: "-ERR protocol error: expected '$'"},
+		{name: "bulk not terminated", in: "*1\r\n$4\r\nPINGxx", want: "-ERR Protocol error: invalid bulk length", afterWaiting: true},
+		{name: "unbalanced quotes", in: "ECHO \"a\r\n", want: "-ERR Protocol error: unbalanced quotes", afterWaiting: true},
+		{name: "command too large", in: "*100\r\n" + strings.Repeat("$20\r\n"+strings.Repeat("x", 20)+"\r\n", 50),
+			want: "-ERR command exceeds 1024 bytes, the proxy's limit", waitingWant: "-ERR more than 1024 bytes of commands are pipelined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
+			c := newLoopClient(t, s)
+			c.send("PING\r\n")
+			c.send(tc.in)
+			if !c.closed {
+				t.Fatal("connection left open")
+			}
+			if got := c.f.out(); !strings.HasPrefix(got, "+PONG\r\n"+tc.want) {
+				t.Fatalf("output %q, want %q after the PONG", got, tc.want)
+			}
+		})
+		t.Run(tc.name+" while waiting", func(t *testing.T) {
+			s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
+			holder, c := newLoopClient(t, s), newLoopClient(t, s)
+			holder.do("SET", "w", "holder", "PX", "60000", "NX")
+			c.send(respCmd("SET", "w", "c", "PX", "60000", "NX"))
+			awaitBlocked(t, s, 1)
+			c.send(tc.in)
+			if tc.afterWaiting {
+				if c.closed {
+					t.Fatalf("closed before the SET was answered: %q", c.f.out())
+				}
+				holder.do("DEL", "w")
+				c.settle()
+				if !c.closed || !strings.HasPrefix(c.f.out(), "+OK\r\n"+tc.want) {
+					t.Fatalf("closed %v, output %q", c.closed, c.f.out())
+				}
+				return
+			}
+			want := tc.want
+			if tc.waitingWant != "" {
+				want = tc.waitingWant
+			}
+			if !c.closed || !strings.HasPrefix(c.f.out(), want) {
+				t.Fatalf("closed %v, output %q, want %q", c.closed, c.f.out(), want)
+			}
+			awaitBlocked(t, s, 0) // the wait was abandoned
+		})
+	}
+}
+
+// TestLoopQuit: QUIT is answered, with what came before it, and closes;
+// what follows it is not run.
+func TestLoopQuit(t *testing.T) {
+	s := loopServer(t, nil)
+	c := newLoopClient(t, s)
+	c.send("PING\r\nQUIT\r\n" + respCmd("SET", "q", "t", "NX"))
+	if !c.closed || c.f.out() != "+PONG\r\n+OK\r\n" {
+		t.Fatalf("closed %v, output %q", c.closed, c.f.out())
+	}
+	if s.cfg.Map.Count() != 0 {
+		t.Fatal("a command after QUIT ran")
+	}
+}
+
+// TestLoopConnectionState: authentication, the protocol version and the
+// connection id are per connection, as on redcon.
+func TestLoopConnectionState(t *testing.T) {
+	s := loopServer(t, func(c *Config) { c.Password = "pw" })
+	a, b := newLoopClient(t, s), newLoopClient(t, s)
+	if r := a.do("GET", "x"); r != "-NOAUTH Authentication required.\r\n" {
+		t.Fatalf("before AUTH: %q", r)
+	}
+	if r := a.do("AUTH", "pw"); r != "+OK\r\n" {
+		t.Fatalf("AUTH: %q", r)
+	}
+	if r := a.do("GET", "x"); r != "$-1\r\n" {
+		t.Fatalf("GET in RESP2: %q", r)
+	}
+	if r := a.do("HELLO", "3"); !strings.HasPrefix(r, "%7\r\n") {
+		t.Fatalf("HELLO 3: %q", r)
+	}
+	if r := a.do("GET", "x"); r != "_\r\n" {
+		t.Fatalf("GET in RESP3: %q", r)
+	}
+	if r := b.do("GET", "x"); !strings.HasPrefix(r, "-NOAUTH") {
+		t.Fatalf("another connection: %q", r)
+	}
+	if a.do("CLIENT", "ID") == b.do("CLIENT", "ID") {
+		t.Fatal("two connections share an id")
+	}
+	if s.Clients() != 2 {
+		t.Fatalf("Clients() = %d", s.Clients())
+	}
+	a.hangUp()
+	if s.Clients() != 1 {
+		t.Fatalf("Clients() = %d after a hang-up", s.Clients())
+	}
+}
+
+// TestLoopMaxValueBytes: an argument over MaxValueBytes is refused, the
+// connection stays.
+func TestLoopMaxValueBytes(t *testing.T) {
+	s := loopServer(t, func(c *Config) { c.MaxValueBytes = 8 })
+	c := newLoopClient(t, s)
+	if r := c.do("SET", "k", "123456789", "NX"); !strings.HasPrefix(r, "-ERR argument of 9 bytes is too large") || c.closed {
+		t.Fatalf("%q closed=%v", r, c.closed)
+	}
+	if r := c.do("PING"); r != "+PONG\r\n" {
+		t.Fatalf("after: %q", r)
+	}
+}
+
+// TestLoopPanicCostsOneReply: a panicking handler answers an error in its
+// own place of the batch; the replies around it are kept.
+func TestLoopPanicCostsOneReply(t *testing.T) {
+	s := loopServer(t, nil)
+	commands["test.panic"] = &command{name: "test.panic", minArgs: 1, run: func(*Server, *connState, [][]byte) {
+		panic("boom")
+	}}
+	t.Cleanup(func() { delete(commands, "test.panic") })
+	c := newLoopClient(t, s)
+	c.send("PING\r\nTEST.PANIC\r\nECHO x\r\n")
+	if got := c.f.out(); got != "+PONG\r\n-ERR internal error while running the command\r\n$1\r\nx\r\n" {
+		t.Fatalf("output %q", got)
+	}
+}
