@@ -42,6 +42,15 @@ func (m *Map) NewDoorbell() *Doorbell { return &Doorbell{m: m} }
 // Pending reports whether anything waits for Ring.
 func (d *Doorbell) Pending() bool { return len(d.groups) > 0 }
 
+// Len is the number of operations waiting for Ring.
+func (d *Doorbell) Len() int {
+	n := 0
+	for _, g := range d.groups {
+		n += len(g.ends)
+	}
+	return n
+}
+
 func (d *Doorbell) group(dom *Domain) *bellGroup {
 	for _, g := range d.groups {
 		if g.dom == dom {

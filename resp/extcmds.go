@@ -63,19 +63,20 @@ func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
 	}
 	opt.Wait = wait
 	opt.Queue = st.queue
-	fences, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
-	switch {
-	case err != nil:
-		st.lockErr(err)
-	case !ok:
-		st.w.null()
-	default:
-		st.w.int(int64(fences[0]))
-	}
+	st.acquire(key, token, opt, func(w *replyWriter, fence uint64, ok bool, err error) {
+		switch {
+		case err != nil:
+			w.err(errReply(err))
+		case !ok:
+			w.null()
+		default:
+			w.int(int64(fence))
+		}
+	})
 }
 
 func (s *Server) cmdLockRelease(st *connState, args [][]byte) {
-	st.w.int(b2i(s.cfg.Map.Release(string(args[1]), string(args[2]))))
+	st.w.int(b2i(st.release(string(args[1]), string(args[2]))))
 }
 
 // cmdLockExtend is LOCK.EXTEND key token PX ms.

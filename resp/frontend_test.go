@@ -11,6 +11,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -223,10 +224,13 @@ func TestQueuedBehindOverNetwork(t *testing.T) {
 	}
 }
 
-// TestNetworkMapRunsLockCommandsOffLoop: with a memory node across the
-// network, every lock command runs on a goroutine (each verb is a round
-// trip), the others on the loop, and replies keep their order.
-func TestNetworkMapRunsLockCommandsOffLoop(t *testing.T) {
+// TestNetworkMapDoorbell: with a memory node across the network, the lock
+// commands run on the loop with its doorbell: the acquire's and the
+// release's atomics go out when the loop rings (the acquire's reply waits
+// for its own), only a command that needs another verb (EXISTS on a key
+// not held here: a READ) goes to a goroutine, after the release has been
+// posted, and replies keep their order.
+func TestNetworkMapDoorbell(t *testing.T) {
 	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: "resp-test"})
@@ -242,6 +246,7 @@ func TestNetworkMapRunsLockCommandsOffLoop(t *testing.T) {
 	}
 	s := New(Config{Map: m})
 	c := dial(t, serve(t, s))
+	before := ep.Counters().Snapshot()
 	in := respCmd("SET", "k", "t", "NX", "PX", "60000") + "PING\r\n" + respCmd("GET", "k") + respCmd("ECHO", "e") +
 		respCmd("EVAL", casDeleteBody, "1", "k", "t") + respCmd("EXISTS", "k")
 	if _, err := c.Write([]byte(in)); err != nil {
@@ -251,8 +256,12 @@ func TestNetworkMapRunsLockCommandsOffLoop(t *testing.T) {
 	if strings.Join(got, "") != "+OK\r\n+PONG\r\n$1\r\nt\r\n$1\r\ne\r\n:1\r\n:0\r\n" {
 		t.Fatalf("replies %q", got)
 	}
-	if n := s.offload.Load(); n != 4 {
-		t.Fatalf("%d commands ran on a goroutine, want the 4 lock commands", n)
+	if n := s.offload.Load(); n != 1 {
+		t.Fatalf("%d commands ran on a goroutine, want 1 (EXISTS)", n)
+	}
+	d := ep.Counters().Snapshot().Sub(before)
+	if d.OutAtomics() != 2 || d.Out[rdma.VerbRead] != 1 || d.Out[rdma.VerbWrite] != 0 {
+		t.Fatalf("verbs %v: want the acquire's and the release's atomics and EXISTS's read", d.Out)
 	}
 }
 

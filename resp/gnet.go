@@ -29,6 +29,26 @@ type gnetFrontend struct {
 	// under it before any loop stops.
 	wakeMu   sync.RWMutex
 	stopping bool
+
+	bells sync.Map // gnet.EventLoop -> *loopBell, one doorbell per loop
+}
+
+// bell is the doorbell of the loop c belongs to. The loop rings it from
+// its task queue, which gnet runs after the events of a pass: by then
+// every connection that had input in the pass has started its atomics.
+func (f *gnetFrontend) bell(c gnet.Conn) *loopBell {
+	el := c.EventLoop()
+	if b, ok := f.bells.Load(el); ok {
+		return b.(*loopBell)
+	}
+	b := f.s.newLoopBell(func(ring func()) {
+		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			ring()
+			return nil
+		}))
+	})
+	actual, _ := f.bells.LoadOrStore(el, b)
+	return actual.(*loopBell)
 }
 
 type bootResult struct {
@@ -149,7 +169,7 @@ func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	// Replies go out as soon as they are written (gnet sets this on the
 	// listener too; Linux passes it on to accepted sockets, others may not).
 	_ = c.SetNoDelay(true)
-	c.SetContext(f.s.newLoopConn(func() { f.wake(c) }))
+	c.SetContext(f.s.newLoopConn(func() { f.wake(c) }, f.bell(c)))
 	return nil, gnet.None
 }
 

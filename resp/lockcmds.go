@@ -163,15 +163,63 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 	}
 	key, token := string(args[1]), string(args[2])
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl), Queue: st.queue}
-	_, ok, err := s.cfg.Map.Acquire(st.ctx, []string{key}, token, opt)
-	switch {
-	case err != nil:
-		st.lockErr(err)
-	case ok:
-		st.w.status("OK")
-	default:
-		st.w.null()
+	st.acquire(key, token, opt, func(w *replyWriter, _ uint64, ok bool, err error) {
+		switch {
+		case err != nil:
+			w.err(errReply(err))
+		case ok:
+			w.status("OK")
+		default:
+			w.null()
+		}
+	})
+}
+
+// acquire takes key for token and has reply answer. On the event loop with
+// memory nodes across the network (where every verb is a round trip), an
+// exclusive acquire starts on the loop's doorbell and its reply is
+// deferred: the loop rings the doorbell once for every command it read in
+// one pass, and renders the reply when the acquire is done. Otherwise it
+// runs here, under the connection's context (NoWait on the loop: a wait
+// then runs the command again on a goroutine).
+func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, reply func(w *replyWriter, fence uint64, ok bool, err error)) {
+	m := st.srv.cfg.Map
+	if st.bell != nil && opt.Mode == shiftlock.Exclusive && !m.Inline() {
+		st.deferred = true
+		done := st.done
+		m.AcquireAsync(st.bell, st.base, key, token, opt, func(fence uint64, ok bool, err error) {
+			done(func(w *replyWriter) { reply(w, fence, ok, err) })
+		})
+		return
 	}
+	fences, ok, err := m.Acquire(st.ctx, []string{key}, token, opt)
+	if errors.Is(err, lockmap.ErrWouldBlock) {
+		st.lockErr(err)
+		return
+	}
+	var fence uint64
+	if ok {
+		fence = fences[0]
+	}
+	reply(&st.w, fence, ok, err)
+}
+
+// release releases key for token: through the loop's doorbell when there is
+// one (the reply does not wait for the atomic, which is posted before any
+// later operation of this proxy), else here.
+func (st *connState) release(key, token string) bool {
+	if st.bell != nil {
+		return st.srv.cfg.Map.ReleaseAsync(st.bell, key, token)
+	}
+	return st.srv.cfg.Map.Release(key, token)
+}
+
+// delete is release for every token (DEL).
+func (st *connState) delete(key string) int {
+	if st.bell != nil {
+		return st.srv.cfg.Map.DeleteAsync(st.bell, key)
+	}
+	return st.srv.cfg.Map.Delete(key)
 }
 
 // lookup wraps Map.Lookup and answers the caller with an error when the key
@@ -221,7 +269,7 @@ func (s *Server) cmdDel(st *connState, args [][]byte) {
 	}
 	var n int64
 	for _, k := range args[1:] {
-		if s.cfg.Map.Delete(string(k)) > 0 {
+		if st.delete(string(k)) > 0 {
 			n++
 		}
 	}

@@ -21,18 +21,22 @@ import (
 // the loop, which serves every other connection too:
 //
 //   - commands that do not touch the lock table run on the loop;
-//   - lock commands run on the loop only if every memory node is in-process
-//     (lockmap.Map.Inline), under lockmap.NoWait; if one answers
-//     ErrWouldBlock (a held key with a wait budget), its reply is dropped
-//     and it runs again from the start on a goroutine, where it may wait;
-//   - with a memory node across the network, lock commands always run on a
-//     goroutine, since each of their verbs is a round trip.
+//   - lock commands run on the loop too, under lockmap.NoWait, with the
+//     loop's doorbell (loopBell): a release posts its atomic on the
+//     doorbell; with memory nodes across the network, an exclusive acquire
+//     starts on the doorbell and defers its reply, and the loop rings the
+//     doorbell once after every pass, so that the atomics of all the
+//     commands of a pass share one round trip to the memory node;
+//   - a lock command that would have to wait answers ErrWouldBlock (a held
+//     key with a wait budget on an in-process memory node, a verb on a
+//     network one that the doorbell does not carry): its reply is dropped
+//     and it runs again from the start on a goroutine, where it may wait.
 //
-// While a connection's command runs on a goroutine, the connection
-// processes nothing else, so replies stay in order: input that arrives
-// meanwhile stays buffered, up to MaxCommandBytes. When the goroutine is
-// done it wakes the loop, which writes its reply and carries on with the
-// buffered input in the same pass.
+// While a connection's command is deferred or runs on a goroutine, the
+// connection processes nothing else, so replies stay in order: input that
+// arrives meanwhile stays buffered, up to MaxCommandBytes. When the
+// command is done it wakes the loop, which writes its reply and carries on
+// with the buffered input in the same pass.
 
 // loopIO is what the loop needs of a connection: gnet.Conn's view of the
 // buffered input, and its write.
@@ -54,13 +58,66 @@ type loopConn struct {
 	args   [][]byte // the parser's argument slice, reused
 	line   []byte   // scratch for inline commands that start with '$'
 	wake   func()   // has the loop call onTraffic again (gnet: Conn.Wake)
+	bell   *loopBell
 
-	// busy: held runs on a goroutine, which owns st until it sets finished.
-	// busy and held are only touched by the loop (and by the goroutine
-	// between the loop starting it and finished).
+	// busy: held runs on a goroutine, which owns st until it sets finished,
+	// or a deferred command waits for its acquire, whose completion hands
+	// over the reply (ready) and sets finished. busy and held are only
+	// touched by the loop (and by the goroutine between the loop starting
+	// it and finished).
 	busy     bool
 	held     heldCmd
+	ready    atomic.Pointer[func(*replyWriter)]
 	finished atomic.Bool
+	// staged: the current batch started atomics on a network doorbell.
+	// Until they are posted, nothing of the connection goes further: not
+	// its replies (a client told "released" must not find the key still
+	// held), and not its next command.
+	staged bool
+}
+
+// loopBell is an event loop's doorbell (lockmap.Doorbell): the atomics the
+// lock commands of one pass start go out together, with one round trip
+// per memory node, when the loop rings it after the pass. In-process
+// memory nodes cost no round trip, so their doorbell rings at once.
+type loopBell struct {
+	d         *lockmap.Doorbell
+	inline    bool
+	scheduled bool
+	// schedule runs f on the loop once the events of the current pass are
+	// handled (gnet: EventLoop.Execute).
+	schedule func(f func())
+	// then runs on the loop after the next ring: what connections that
+	// started atomics do once those are posted.
+	then []func()
+}
+
+func (s *Server) newLoopBell(schedule func(func())) *loopBell {
+	return &loopBell{d: s.cfg.Map.NewDoorbell(), inline: s.cfg.Map.Inline(), schedule: schedule}
+}
+
+// after is called by the loop after a connection's batch: anything started
+// goes out now (in-process) or once the pass is over (network).
+func (b *loopBell) after() {
+	if !b.d.Pending() || b.scheduled {
+		return
+	}
+	if b.inline {
+		b.d.Ring(context.Background())
+		return
+	}
+	b.scheduled = true
+	b.schedule(b.ring)
+}
+
+func (b *loopBell) ring() {
+	b.scheduled = false
+	b.d.Ring(context.Background())
+	then := b.then
+	b.then = nil
+	for _, f := range then {
+		f()
+	}
 }
 
 // heldCmd is a command handed to a goroutine, with its arguments copied
@@ -78,17 +135,24 @@ type action uint8
 const (
 	actNone  action = iota
 	actHold         // run lc.held on a goroutine
+	actDefer        // the last command's reply comes from its completion
 	actClose        // write the replies, then close the connection
 )
 
-func (s *Server) newLoopConn(wake func()) *loopConn {
+func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	lc := &loopConn{
 		st:     s.newConnState(ctx, cancel),
 		base:   ctx,
-		nowait: lockmap.NoWait(ctx),
+		nowait: lockmap.WithDoorbell(lockmap.NoWait(ctx), bell.d),
 		g:      newGuard(maxArgs, int64(s.cfg.MaxCommandBytes), s.cfg.MaxCommandBytes),
 		wake:   wake,
+		bell:   bell,
+	}
+	lc.st.done = func(render func(*replyWriter)) {
+		lc.ready.Store(&render)
+		lc.finished.Store(true)
+		lc.wake()
 	}
 	s.clients.Add(1)
 	return lc
@@ -107,15 +171,20 @@ func (s *Server) closeLoopConn(lc *loopConn) {
 // onTraffic runs when the connection's input grew or its goroutine
 // finished. It reports whether to close the connection.
 func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
+	st := lc.st
 	if lc.busy {
 		if !lc.finished.Load() {
 			return s.whileBusy(lc, io)
 		}
-		// The goroutine's reply is in st.w, ahead of what follows.
+		// The goroutine's reply is in st.w, ahead of what follows; a
+		// deferred command's is rendered now.
 		lc.busy = false
 		lc.finished.Store(false)
+		if r := lc.ready.Swap(nil); r != nil {
+			st.w.resp3 = st.resp3
+			(*r)(&st.w)
+		}
 	}
-	st := lc.st
 	in, _ := io.Peek(-1)
 	if err := lc.feed(in); err != nil {
 		st.w.err("ERR " + err.Error())
@@ -136,7 +205,17 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		}
 		act = actClose
 	}
+	if lc.staged {
+		lc.staged = false
+		if act == actClose {
+			lc.bell.ring() // rare (QUIT after a release): post before closing
+		} else if !lc.bell.inline {
+			s.afterRing(lc, act)
+			return false
+		}
+	}
 	s.flush(lc, io)
+	lc.bell.after()
 	switch act {
 	case actClose:
 		return true
@@ -144,8 +223,37 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		lc.busy = true
 		s.offload.Add(1)
 		go s.runHeld(lc)
+	case actDefer:
+		// The completion may have run already (an acquire settled without
+		// the memory node, or on a quick goroutine): its wake then brings
+		// the loop straight back.
+		lc.busy = true
 	}
 	return false
+}
+
+// afterRing holds a connection whose batch started atomics on the network
+// doorbell until the loop has rung it: the replies stay in st.w, and the
+// connection is busy, so that what it does next (a command handed to a
+// goroutine, the buffered input) comes after the atomics too.
+func (s *Server) afterRing(lc *loopConn, act action) {
+	lc.busy = true
+	switch act {
+	case actNone:
+		lc.bell.then = append(lc.bell.then, func() {
+			lc.finished.Store(true)
+			lc.wake()
+		})
+	case actHold:
+		lc.bell.then = append(lc.bell.then, func() {
+			s.offload.Add(1)
+			go s.runHeld(lc)
+		})
+	case actDefer:
+		// Its acquire's atomic is in the same ring, after the others, and
+		// its completion wakes the loop.
+	}
+	lc.bell.after()
 }
 
 func (s *Server) pipelineLimit() string {
@@ -211,19 +319,26 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			// answered by prepare
 		case !c.lock:
 			s.run(st, c, args)
-		case !s.cfg.Map.Inline():
-			lc.hold(c, args, start)
-			return n, actHold
 		default:
-			mark := len(st.w.b)
-			st.ctx, st.blocked = lc.nowait, false
+			mark, ops := len(st.w.b), lc.bell.d.Len()
+			st.ctx, st.blocked, st.bell = lc.nowait, false, lc.bell.d
 			s.run(st, c, args)
-			st.ctx = lc.base
+			st.ctx, st.bell = lc.base, nil
+			if lc.bell.inline {
+				lc.bell.after() // in-process: post at once, so the next command sees it
+			} else if lc.bell.d.Len() > ops {
+				lc.staged = true
+			}
 			if st.blocked {
 				st.blocked = false
 				st.w.b = st.w.b[:mark]
 				lc.hold(c, args, start)
 				return n, actHold
+			}
+			if st.deferred {
+				st.deferred = false
+				s.onCommand(name, start)
+				return n, actDefer
 			}
 		}
 		s.onCommand(name, start)

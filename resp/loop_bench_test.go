@@ -24,7 +24,7 @@ func (c *sinkConn) Write(p []byte) (int, error) {
 // benchLoop runs one batch per iteration through the event loop's
 // onTraffic: input i%len(inputs) arrives, and its replies must be want[i].
 func benchLoop(b *testing.B, s *Server, inputs, want []string) {
-	lc := s.newLoopConn(func() { b.Fatal("a command went to a goroutine") })
+	lc := s.newLoopConn(func() { b.Fatal("a command went to a goroutine") }, s.newLoopBell(func(f func()) { f() }))
 	b.Cleanup(func() { s.closeLoopConn(lc) })
 	var c sinkConn
 	raw := make([][]byte, len(inputs))

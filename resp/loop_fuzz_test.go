@@ -33,7 +33,7 @@ func runLoop(t *testing.T, s *Server, chunks ...[]byte) loopRun {
 		}
 		c.f.in = append(c.f.in, chunk...)
 		r.traffic++
-		c.closed = c.s.onTraffic(c.lc, &c.f)
+		c.pass()
 		for c.lc.busy && !c.closed {
 			select {
 			case <-c.woke:
@@ -42,7 +42,7 @@ func runLoop(t *testing.T, s *Server, chunks ...[]byte) loopRun {
 				<-c.woke
 			}
 			r.traffic++
-			c.closed = c.s.onTraffic(c.lc, &c.f)
+			c.pass()
 		}
 	}
 	c.hangUp()

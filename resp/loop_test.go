@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,9 +11,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -59,20 +63,33 @@ type loopClient struct {
 	lc     *loopConn
 	f      fakeConn
 	woke   chan struct{}
+	chores []func() // what the loop runs after a pass (the doorbell's ring)
 	closed bool
 	gone   bool
 }
 
 func newLoopClient(t testing.TB, s *Server) *loopClient {
 	c := &loopClient{t: t, s: s, woke: make(chan struct{}, 1)}
+	bell := s.newLoopBell(func(f func()) { c.chores = append(c.chores, f) })
 	c.lc = s.newLoopConn(func() {
 		select {
 		case c.woke <- struct{}{}:
 		default: // one pending wake-up is enough: settle looks again
 		}
-	})
+	}, bell)
 	t.Cleanup(c.hangUp)
 	return c
+}
+
+// pass runs onTraffic and then, as gnet does after a pass's events, the
+// tasks the pass left (a doorbell's ring).
+func (c *loopClient) pass() {
+	c.closed = c.s.onTraffic(c.lc, &c.f)
+	for len(c.chores) > 0 {
+		f := c.chores[0]
+		c.chores = c.chores[1:]
+		f()
+	}
 }
 
 // send appends input and runs the loop once, as a read would.
@@ -82,7 +99,7 @@ func (c *loopClient) send(in string) {
 		c.t.Fatal("send on a closed connection")
 	}
 	c.f.in = append(c.f.in, in...)
-	c.closed = c.s.onTraffic(c.lc, &c.f)
+	c.pass()
 	if c.closed {
 		c.hangUp()
 	}
@@ -98,7 +115,7 @@ func (c *loopClient) settle() {
 		case <-time.After(time.Minute):
 			c.t.Fatal("a held command never finished")
 		}
-		c.closed = c.s.onTraffic(c.lc, &c.f)
+		c.pass()
 		if c.closed {
 			c.hangUp()
 		}
@@ -581,5 +598,84 @@ func TestLoopPanicCostsOneReply(t *testing.T) {
 	c.send("PING\r\nTEST.PANIC\r\nECHO x\r\n")
 	if got := c.f.out(); got != "+PONG\r\n-ERR internal error while running the command\r\n$1\r\nx\r\n" {
 		t.Fatalf("output %q", got)
+	}
+}
+
+// TestDoorbellSharedByConnections is verb batching across connections: on
+// a memory node across the network, the acquires that many connections
+// send in one pass of the loop cost one round trip together, and so do
+// their releases in the next.
+func TestDoorbellSharedByConnections(t *testing.T) {
+	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: "bell"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true})}}, lockmap.Config{})
+	t.Cleanup(m.Close)
+	s := New(Config{Map: m, Logger: zap.NewNop()})
+	var chores []func()
+	bell := s.newLoopBell(func(f func()) { chores = append(chores, f) })
+	const n = 20
+	type conn struct {
+		lc   *loopConn
+		f    fakeConn
+		woke chan struct{}
+	}
+	cs := make([]*conn, n)
+	for i := range cs {
+		c := &conn{woke: make(chan struct{}, 1)}
+		c.lc = s.newLoopConn(func() {
+			select {
+			case c.woke <- struct{}{}:
+			default:
+			}
+		}, bell)
+		t.Cleanup(func() { s.closeLoopConn(c.lc) })
+		cs[i] = c
+	}
+	// pass delivers each connection's input, runs the ring the pass left,
+	// and then the connections it woke, until everyone is answered.
+	pass := func(input func(i int) string) {
+		t.Helper()
+		for i, c := range cs {
+			c.f.in = append(c.f.in, input(i)...)
+			if s.onTraffic(c.lc, &c.f) {
+				t.Fatal("closed")
+			}
+		}
+		if len(chores) != 1 {
+			t.Fatalf("%d rings scheduled for one pass, want 1", len(chores))
+		}
+		for len(chores) > 0 {
+			f := chores[0]
+			chores = chores[1:]
+			f()
+		}
+		for _, c := range cs {
+			for c.lc.busy {
+				select {
+				case <-c.woke:
+				case <-time.After(time.Minute):
+					t.Fatal("a connection was never woken")
+				}
+				s.onTraffic(c.lc, &c.f)
+			}
+		}
+	}
+	before := ep.Counters().Snapshot()
+	pass(func(i int) string { return respCmd("SET", fmt.Sprint("k", i), "t", "NX", "PX", "60000") })
+	pass(func(i int) string { return respCmd("EVAL", casDeleteBody, "1", fmt.Sprint("k", i), "t") })
+	d := ep.Counters().Snapshot().Sub(before)
+	for i, c := range cs {
+		if got := c.f.out(); got != "+OK\r\n:1\r\n" {
+			t.Fatalf("connection %d: %q", i, got)
+		}
+	}
+	if d.OutAtomics() != 2*n || d.Out[rdma.VerbBatch] != 2 {
+		t.Fatalf("%d acquires and releases from %d connections cost %v; want %d atomics in 2 round trips", n, n, d.Out, 2*n)
 	}
 }

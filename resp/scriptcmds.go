@@ -65,7 +65,7 @@ func (o *scriptOps) Release(key, token string) (bool, error) {
 	if o.st.blocked {
 		return false, lockmap.ErrWouldBlock
 	}
-	return o.s.cfg.Map.Release(key, token), nil
+	return o.st.release(key, token), nil
 }
 
 func (o *scriptOps) Extend(key, token string, ttl time.Duration) (bool, error) {

@@ -201,7 +201,17 @@ type connState struct {
 	// blocked is set when a lock operation under NoWait answered
 	// lockmap.ErrWouldBlock: the command must run again where it may wait.
 	blocked bool
-	ops     scriptOps
+	// base is the connection's own context (ctx without NoWait), for what
+	// goes on after the command has left the loop.
+	base context.Context
+	// bell, while a command runs on the event loop, is the loop's doorbell:
+	// releases post their atomic on it, and on a memory node across the
+	// network an acquire starts on it and defers its reply (deferred; the
+	// loop renders it once done hands it over).
+	bell     *lockmap.Doorbell
+	deferred bool
+	done     func(render func(*replyWriter))
+	ops      scriptOps
 	// Scratch space reused across commands, so that dispatch allocates
 	// nothing: the lower-cased command name, a lower-cased script SHA1, the
 	// KEYS and ARGV of a script.
@@ -212,7 +222,7 @@ type connState struct {
 }
 
 func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
-	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, cancel: cancel}
+	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, base: ctx, cancel: cancel}
 	st.ops = scriptOps{s: s, st: st}
 	return st
 }
