@@ -253,7 +253,9 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	start := time.Now()
 	queued := false
 	defer func() {
-		if m.cfg.OnAcquire != nil {
+		// An attempt refused with ErrWouldBlock runs again off the loop and
+		// is told about then; reporting it here would count it twice.
+		if m.cfg.OnAcquire != nil && !errors.Is(err, ErrWouldBlock) {
 			m.cfg.OnAcquire(opt.Mode, time.Since(start), queued, ok)
 		}
 	}()

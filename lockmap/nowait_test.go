@@ -97,3 +97,28 @@ func TestNoWaitOnNetworkMap(t *testing.T) {
 		t.Fatalf("the same acquire without NoWait: %v %v", ok, err)
 	}
 }
+
+// TestNoWaitRefusalIsNotAnAttempt: an acquire refused with ErrWouldBlock
+// runs again off the event loop, so OnAcquire hears of it once, not twice.
+func TestNoWaitRefusalIsNotAnAttempt(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second})
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{})}},
+		lockmap.Config{OnAcquire: func(shiftlock.Mode, time.Duration, bool, bool) { attempts++ }})
+	t.Cleanup(m.Close)
+	nw := lockmap.NoWait(ctx(t))
+	if _, ok, err := m.Acquire(nw, []string{"k"}, "t1", excl(time.Minute, time.Second)); !ok || err != nil {
+		t.Fatalf("free key: %v %v", ok, err)
+	}
+	if _, _, err := m.Acquire(nw, []string{"k"}, "t2", excl(time.Minute, time.Second)); !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("held key under NoWait: %v, want ErrWouldBlock", err)
+	}
+	if attempts != 1 {
+		t.Fatalf("OnAcquire heard %d attempts, want 1 (the refusal is not one)", attempts)
+	}
+}
