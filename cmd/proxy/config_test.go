@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -30,6 +31,29 @@ func TestFrontendConfig(t *testing.T) {
 		if _, err := parseConfig(bad, io.Discard); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}
+	}
+}
+
+// TestProcs: with gnet the proxy runs one CPU per event loop unless told
+// otherwise; redcon keeps Go's default; a negative count is refused.
+func TestProcs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 1},
+		{[]string{"-event-loops", "2"}, min(2, runtime.NumCPU())},
+		{[]string{"-procs", "3"}, 3},
+		{[]string{"-frontend", "redcon"}, 0},
+		{[]string{"-frontend", "redcon", "-procs", "2"}, 2},
+	} {
+		cfg, err := parseConfig(c.args, io.Discard)
+		if err != nil || cfg.procs() != c.want {
+			t.Errorf("%v: procs %d, %v; want %d", c.args, cfg.procs(), err, c.want)
+		}
+	}
+	if _, err := parseConfig([]string{"-procs", "-1"}, io.Discard); err == nil {
+		t.Error("-procs -1 accepted")
 	}
 }
 

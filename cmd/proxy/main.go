@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 
@@ -58,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer stopProfile()
+	if n := cfg.procs(); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
 		cfg.Name = host + ":" + strconv.Itoa(os.Getpid())
@@ -122,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		names[i] = d.Name
 	}
 	log.Info("proxy listening", zap.String("addr", addr.String()), zap.Strings("memnodes", names),
-		zap.String("frontend", cfg.Frontend), zap.Int("event_loops", cfg.EventLoops), zap.Bool("inline_locks", lm.Inline()))
+		zap.String("frontend", cfg.Frontend), zap.Int("event_loops", cfg.EventLoops), zap.Int("procs", runtime.GOMAXPROCS(0)), zap.Bool("inline_locks", lm.Inline()))
 	fmt.Fprintf(stdout, "proxy listening on %s\n", addr)
 
 	code := 0

@@ -23,6 +23,11 @@ type metrics struct {
 	verbs    *rdma.Collector
 	expMu    sync.Mutex
 	exported map[int]*rdma.Counters // verb counters exported per memory node
+
+	// The vectors' children, resolved once: a label lookup hashes its
+	// values under a lock, which every command would pay.
+	acquireBy [3][2][2]prometheus.Observer // [mode][ok][queued]
+	commandBy sync.Map                     // command name -> prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -45,24 +50,52 @@ func newMetrics() *metrics {
 		verbs:    rdma.NewCollector(),
 		exported: map[int]*rdma.Counters{},
 	}
+	for _, mode := range []shiftlock.Mode{shiftlock.Exclusive, shiftlock.Shared} {
+		for oi, outcome := range []string{"busy", "granted"} {
+			for qi, q := range []string{"no", "yes"} {
+				m.acquireBy[mode][oi][qi] = m.acquire.WithLabelValues(mode.String(), outcome, q)
+			}
+		}
+	}
 	m.reg.MustRegister(m.acquire, m.commands, m.expired, m.rejoins, m.verbs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) onAcquire(mode shiftlock.Mode, took time.Duration, queued, ok bool) {
-	outcome := "granted"
-	if !ok {
-		outcome = "busy"
+	mi, oi, qi := int(mode), 0, 0
+	if ok {
+		oi = 1
 	}
-	q := "no"
 	if queued {
-		q = "yes"
+		qi = 1
 	}
-	m.acquire.WithLabelValues(mode.String(), outcome, q).Observe(took.Seconds())
+	if mi < 0 || mi >= len(m.acquireBy) {
+		mi = 0
+	}
+	o := m.acquireBy[mi][oi][qi]
+	if o == nil {
+		outcome, q := "busy", "no"
+		if ok {
+			outcome = "granted"
+		}
+		if queued {
+			q = "yes"
+		}
+		o = m.acquire.WithLabelValues(mode.String(), outcome, q)
+	}
+	o.Observe(took.Seconds())
 }
 
-func (m *metrics) onCommand(name string, _ time.Duration) { m.commands.WithLabelValues(name).Inc() }
+func (m *metrics) onCommand(name string, _ time.Duration) {
+	if c, ok := m.commandBy.Load(name); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.commands.WithLabelValues(name)
+	m.commandBy.Store(name, c)
+	c.Inc()
+}
 
 // watch exports the lock table, the server and each memory node's client.
 func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
