@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -84,16 +82,7 @@ func TestDoorbellCostsMemfab(t *testing.T) {
 }
 
 func TestDoorbellCostsTCP(t *testing.T) {
-	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: "doorbell"})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true})}}, lockmap.Config{})
-	t.Cleanup(m.Close)
+	m, ep := networkMap(t, shiftlock.Config{OwnerTags: true})
 	doorbellCosts(t, m, ep)
 }
 

@@ -69,16 +69,7 @@ func embeddedPair(t *testing.T) (*lockmap.Map, *lockmap.Map) {
 // TestNoWaitOnNetworkMap: a map on a memnode process is not inline, and
 // every lock operation under NoWait is refused before any verb.
 func TestNoWaitOnNetworkMap(t *testing.T) {
-	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: "nowait"})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
-	t.Cleanup(m.Close)
+	m, ep := networkMap(t, shiftlock.Config{})
 	if m.Inline() {
 		t.Fatal("a tcpfab map must not be inline")
 	}
@@ -121,4 +112,21 @@ func TestNoWaitRefusalIsNotAnAttempt(t *testing.T) {
 	if attempts != 1 {
 		t.Fatalf("OnAcquire heard %d attempts, want 1 (the refusal is not one)", attempts)
 	}
+}
+
+// networkMap is a lock table on a memnode process of its own, reached over
+// tcpfab, as a proxy joined to a memory node runs; ep counts its verbs.
+func networkMap(t *testing.T, cfg shiftlock.Config) (*lockmap.Map, *tcpfab.Endpoint) {
+	t.Helper()
+	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: t.Name()})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, cfg)}}, lockmap.Config{})
+	t.Cleanup(m.Close)
+	return m, ep
 }

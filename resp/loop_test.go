@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,12 +10,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -606,16 +603,7 @@ func TestLoopPanicCostsOneReply(t *testing.T) {
 // send in one pass of the loop cost one round trip together, and so do
 // their releases in the next.
 func TestDoorbellSharedByConnections(t *testing.T) {
-	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: "bell"})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true})}}, lockmap.Config{})
-	t.Cleanup(m.Close)
+	m, ep := networkMap(t, shiftlock.Config{OwnerTags: true})
 	s := New(Config{Map: m, Logger: zap.NewNop()})
 	var chores []func()
 	bell := s.newLoopBell(func(f func()) { chores = append(chores, f) })
