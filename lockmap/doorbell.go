@@ -3,6 +3,7 @@ package lockmap
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,37 +13,78 @@ import (
 )
 
 // Doorbell gathers the atomics of lock operations started one after another
-// without waiting (AcquireAsync, ReleaseAsync) and posts them together when
-// rung: one batch, one round trip per memory node, however many operations
-// (DESIGN §2: a batch of verbs is posted with one doorbell). The proxy's
-// event loop starts the operations of every command it has read in one
-// pass and then rings once, so that under load many clients share each
-// round trip, and the memory node's and the proxy's per-verb costs with it.
+// without waiting (AcquireAsync, ReleaseAsync) and posts them together: one
+// batch, one round trip per memory node, however many operations (DESIGN
+// §2: a batch of verbs is posted with one doorbell). The proxy's event loop
+// starts the operations of every command it has read in one pass and then
+// rings once, so that under load many clients share each round trip, and
+// the memory node's and the proxy's per-verb costs with it.
 //
-// A Doorbell belongs to one goroutine. An operation completes during Ring
-// when the memory node's answer settles it, which it does when uncontended;
-// one that has to wait (queued behind a holder, for an owner's answer, for
-// a lease push) completes later on a goroutine of its own.
+// A Doorbell belongs to one goroutine, its owner, which starts operations
+// and rings. Ring posts and waits for the answers. Launch waits only so
+// long: a memory node that has not answered by then completes later, on the
+// owner, while the owner goes on with other work (an event loop serving its
+// other clients), so that a memory node that stops answering holds up only
+// the operations sent to it. Operations complete on the owner, once the
+// memory node's answer settles them, which it does when uncontended; one
+// that has to wait (queued behind a holder, for an owner's answer, for a
+// lease push) completes later on a goroutine of its own. A Doorbell uses
+// Ring or Launch, not both.
 type Doorbell struct {
 	m      *Map
-	groups []*bellGroup
+	groups []*bellGroup // staged, one per memory node
+	out    []*Domain    // memory nodes with a launched batch not yet in
 	spare  []*bellGroup
+	mark   uint64 // bumped by Mark; staging stamps groups with it
+
+	// For Launch: posting goroutines, idle ones waiting on work; answers
+	// that come while the owner waits arrive on inbox, the others through
+	// back.
+	work     chan *bellGroup
+	inbox    chan *bellGroup
+	timer    *time.Timer
+	patience time.Duration
+	launch   []*bellGroup
 }
 
 // bellGroup is what is pending for one memory-node membership.
 type bellGroup struct {
-	dom  *Domain
-	b    rdma.Batch
-	ends []func(error)
+	dom   *Domain
+	b     rdma.Batch
+	ends  []func(error)
+	waits []*bellWait
+	mark  uint64 // the mark under which an operation last joined
+
+	// A launched group's post, and who completes it: the owner waiting in
+	// Launch (inline) or a task handed to back (detached).
+	ctx   context.Context
+	back  func(func())
+	sent  time.Time
+	err   error
+	state atomic.Int32
+}
+
+// The states of a launched group.
+const (
+	postWaited   int32 = iota // the owner waits for the answer
+	postLanded                // the answer is in, for the waiting owner
+	postDetached              // the owner stopped waiting: back completes it
+)
+
+// bellWait is a function waiting for the groups staged when it was
+// registered (After).
+type bellWait struct {
+	n int // groups still out
+	f func()
 }
 
 // NewDoorbell returns an empty doorbell for m's lock operations.
 func (m *Map) NewDoorbell() *Doorbell { return &Doorbell{m: m} }
 
-// Pending reports whether anything waits for Ring.
+// Pending reports whether anything staged waits to be posted.
 func (d *Doorbell) Pending() bool { return len(d.groups) > 0 }
 
-// Len is the number of operations waiting for Ring.
+// Len is the number of staged operations waiting to be posted.
 func (d *Doorbell) Len() int {
 	n := 0
 	for _, g := range d.groups {
@@ -54,6 +96,7 @@ func (d *Doorbell) Len() int {
 func (d *Doorbell) group(dom *Domain) *bellGroup {
 	for _, g := range d.groups {
 		if g.dom == dom {
+			g.mark = d.mark
 			return g
 		}
 	}
@@ -63,26 +106,203 @@ func (d *Doorbell) group(dom *Domain) *bellGroup {
 	} else {
 		g = &bellGroup{}
 	}
-	g.dom = dom
+	g.dom, g.mark = dom, d.mark
 	d.groups = append(d.groups, g)
 	return g
 }
 
-// Ring posts every pending batch and completes their operations.
-// Operations started by those completions go into the next ring.
+// Mark starts a new span of operations for After: an event loop marks
+// before each connection's commands.
+func (d *Doorbell) Mark() { d.mark++ }
+
+// After has f run on the owner once the operations staged since the last
+// Mark have been posted and completed (at once if there are none). Other
+// operations, earlier or later, do not hold it up, unless they share a
+// batch with these: a memory node that stops answering stalls only those
+// who sent it something. An event loop holds back a client's replies with
+// it: a client told "released" must not find the key still held.
+func (d *Doorbell) After(f func()) {
+	var w *bellWait
+	for _, g := range d.groups {
+		if g.mark != d.mark {
+			continue
+		}
+		if w == nil {
+			w = &bellWait{f: f}
+		}
+		w.n++
+		g.waits = append(g.waits, w)
+	}
+	if w == nil {
+		f()
+	}
+}
+
+// Ring posts every staged batch, waits for the memory nodes' answers and
+// completes the operations. Operations started by those completions are
+// staged for the next ring.
 func (d *Doorbell) Ring(ctx context.Context) {
 	groups := d.groups
 	d.groups = nil
 	for _, g := range groups {
-		err := g.dom.Client.Endpoint().Post(ctx, &g.b)
-		for _, end := range g.ends {
-			end(err)
-		}
-		g.b.Reset()
-		clear(g.ends)
-		g.ends, g.dom = g.ends[:0], nil
+		d.complete(g, g.dom.Client.Endpoint().Post(ctx, &g.b))
 	}
-	d.spare = append(d.spare, groups...)
+}
+
+// Launch posts the staged batches, one goroutine per memory node, and
+// waits up to patience for the answers; those that are in complete at
+// once. A later answer is handed to back, which must queue its completion
+// to the owner (gnet: EventLoop.Execute); the owner meanwhile does other
+// work. A memory node that has a batch out gets no second one: what is
+// staged for it meanwhile goes out when the answer is in, so that it sees
+// the batches of one doorbell one at a time and in order, as with Ring.
+//
+// The wait is what keeps the owner cheap: an event loop that waits a
+// round trip reads the requests of that time in one pass and rings once
+// for all of them, where one that never waits passes and rings for every
+// few. patience bounds what a memory node that stops answering costs it.
+func (d *Doorbell) Launch(ctx context.Context, patience time.Duration, back func(func())) {
+	d.patience = patience
+	launch := d.launch[:0]
+	keep := d.groups[:0]
+	for _, g := range d.groups {
+		if d.isOut(g.dom) {
+			keep = append(keep, g)
+			continue
+		}
+		launch = append(launch, g)
+	}
+	clear(d.groups[len(keep):])
+	d.groups = keep
+	d.post(ctx, patience, back, launch)
+	clear(launch)
+	d.launch = launch[:0]
+}
+
+func (d *Doorbell) isOut(dom *Domain) bool {
+	for _, o := range d.out {
+		if o == dom {
+			return true
+		}
+	}
+	return false
+}
+
+// post launches groups and waits for them, as Launch describes.
+func (d *Doorbell) post(ctx context.Context, patience time.Duration, back func(func()), groups []*bellGroup) {
+	if len(groups) == 0 {
+		return
+	}
+	if d.work == nil {
+		d.work = make(chan *bellGroup)
+		d.inbox = make(chan *bellGroup, 8)
+	}
+	st := postWaited
+	if patience <= 0 {
+		st = postDetached
+	}
+	now := time.Now()
+	for _, g := range groups {
+		d.out = append(d.out, g.dom)
+		g.ctx, g.back, g.sent = ctx, back, now
+		g.state.Store(st)
+		select {
+		case d.work <- g: // an idle poster takes it
+		default:
+			go d.poster(g)
+		}
+	}
+	if st == postDetached {
+		return
+	}
+	if d.timer == nil {
+		d.timer = time.NewTimer(patience)
+	} else {
+		d.timer.Reset(patience)
+	}
+	defer d.timer.Stop()
+	n := len(groups)
+	for n > 0 {
+		select {
+		case g := <-d.inbox:
+			n--
+			d.landed(g, false)
+		case <-d.timer.C:
+			// Stop waiting; an answer already on its way still lands here.
+			for _, g := range groups {
+				if g.state.CompareAndSwap(postWaited, postDetached) {
+					n--
+				}
+			}
+			for ; n > 0; n-- {
+				d.landed(<-d.inbox, false)
+			}
+		}
+	}
+}
+
+// poster posts batches for the doorbell: g, then whatever comes on work.
+// There are as many as the doorbell ever had batches out at once, that
+// is, at most one per memory node.
+func (d *Doorbell) poster(g *bellGroup) {
+	for {
+		g.err = g.dom.Client.Endpoint().Post(g.ctx, &g.b)
+		if g.state.CompareAndSwap(postWaited, postLanded) {
+			d.inbox <- g
+		} else {
+			g.back(func() { d.landed(g, true) })
+		}
+		g = <-d.work
+	}
+}
+
+// landed completes a launched batch on the owner. One that came back
+// detached then sends what was staged for its memory node while it was out
+// (an inline one has nothing: the owner was waiting), and waits for that
+// batch as Launch does, unless the memory node just took longer than the
+// patience: then the doorbell stays out of its way until it answers in
+// time again.
+func (d *Doorbell) landed(g *bellGroup, detached bool) {
+	dom, ctx, back, sent := g.dom, g.ctx, g.back, g.sent
+	for i, o := range d.out {
+		if o == dom {
+			d.out = append(d.out[:i], d.out[i+1:]...)
+			break
+		}
+	}
+	d.complete(g, g.err)
+	if !detached {
+		return
+	}
+	patience := d.patience
+	if time.Since(sent) >= patience {
+		patience = 0
+	}
+	for i, ng := range d.groups {
+		if ng.dom == dom {
+			d.groups = append(d.groups[:i], d.groups[i+1:]...)
+			d.post(ctx, patience, back, []*bellGroup{ng})
+			break
+		}
+	}
+}
+
+// complete runs a posted batch's completions and recycles its group.
+func (d *Doorbell) complete(g *bellGroup, err error) {
+	for _, end := range g.ends {
+		end(err)
+	}
+	for _, w := range g.waits {
+		if w.n--; w.n == 0 {
+			w.f()
+		}
+	}
+	g.b.Reset()
+	clear(g.ends)
+	clear(g.waits)
+	g.ends, g.waits, g.dom = g.ends[:0], g.waits[:0], nil
+	g.ctx, g.back, g.err = nil, nil, nil
+	d.spare = append(d.spare, g)
 }
 
 // AcquireAsync is Acquire for one key, exclusive, with its atomic in d. done

@@ -86,6 +86,103 @@ func TestDoorbellCostsTCP(t *testing.T) {
 	doorbellCosts(t, m, ep)
 }
 
+// TestDoorbellLaunch: Launch without patience posts without waiting, and the
+// completions run only when the owner runs what comes back; with patience,
+// an answer in time completes during Launch. A memory node gets one batch at
+// a time: what is staged while one is out goes when its answer is in, and
+// After waits for exactly what was staged between the last Mark and it.
+func TestDoorbellLaunch(t *testing.T) {
+	m, ep := networkMap(t, shiftlock.Config{})
+	d := m.NewDoorbell()
+	back := make(chan func(), 4)
+	queue := func(f func()) { back <- f }
+	next := func() func() {
+		t.Helper()
+		select {
+		case f := <-back:
+			return f
+		case <-time.After(time.Minute):
+			t.Fatal("a launched batch never came back")
+			return nil
+		}
+	}
+	batches := func(before rdma.Snapshot) uint64 {
+		return ep.Counters().Snapshot().Sub(before).Out[rdma.VerbBatch]
+	}
+	before := ep.Counters().Snapshot()
+	first := acquireAsync(m, d, "launch:1", "tok", time.Second)
+	var afterFirst, afterSecond bool
+	d.After(func() { afterFirst = true })
+	d.Launch(ctx(t), 0, queue)
+	if d.Pending() {
+		t.Fatal("a launched batch is still pending")
+	}
+	d.Mark()
+	second := acquireAsync(m, d, "launch:2", "tok", time.Second)
+	d.After(func() { afterSecond = true })
+	d.Mark()
+	unrelated := false
+	d.After(func() { unrelated = true }) // nothing staged since the Mark
+	if !unrelated {
+		t.Fatal("After waited for operations staged before the last Mark")
+	}
+	d.Launch(ctx(t), 0, queue) // the memory node has the first batch: this one waits
+	if !d.Pending() {
+		t.Fatal("a batch went out while the memory node had one out")
+	}
+
+	land := next()
+	if n := batches(before); n != 1 {
+		t.Fatalf("%d batches posted with the first one out; want 1", n)
+	}
+	select {
+	case o := <-first:
+		t.Fatalf("an acquire completed before the owner ran its answer: %+v", o)
+	default:
+	}
+	if afterFirst {
+		t.Fatal("After ran before the owner ran the answer")
+	}
+	land()
+	if o := <-first; !o.ok || o.err != nil {
+		t.Fatalf("first acquire: %+v", o)
+	}
+	if !afterFirst || afterSecond {
+		t.Fatalf("after the first answer: After(first) %v, After(second) %v; want true, false", afterFirst, afterSecond)
+	}
+	if d.Pending() {
+		t.Fatal("the second batch did not go out when the first came back")
+	}
+	next()()
+	if o := <-second; !o.ok || o.err != nil {
+		t.Fatalf("second acquire: %+v", o)
+	}
+	if !afterSecond || batches(before) != 2 {
+		t.Fatalf("After(second) %v, %d batches; want true, 2", afterSecond, batches(before))
+	}
+	// With nothing staged, After runs at once.
+	ran := false
+	d.After(func() { ran = true })
+	if !ran {
+		t.Fatal("After with nothing staged did not run")
+	}
+	for _, k := range []string{"launch:1", "launch:2"} {
+		if !m.ReleaseAsync(d, k, "tok") {
+			t.Fatalf("release %s: not held", k)
+		}
+	}
+	// Patience: the owner waits, and the answer completes in Launch.
+	d.Launch(ctx(t), time.Minute, func(func()) { t.Error("an answer within the patience went to back") })
+	if d.Pending() {
+		t.Fatal("staged after a patient Launch")
+	}
+	for _, k := range []string{"launch:1", "launch:2"} {
+		if in, _ := m.Lookup(ctx(t), k); in.State != lockmap.Free {
+			t.Fatalf("%s %v after the launched release", k, in.State)
+		}
+	}
+}
+
 // TestDoorbellWaitsAndTries: an acquire that finds the key held waits on
 // its own goroutine and is handed the lock; a try-only one answers "no"
 // during the ring.

@@ -36,16 +36,23 @@ type gnetFrontend struct {
 // bell is the doorbell of the loop c belongs to. The loop rings it from
 // its task queue, which gnet runs after the events of a pass: by then
 // every connection that had input in the pass has started its atomics.
+// The memory nodes' answers come back through the same queue.
 func (f *gnetFrontend) bell(c gnet.Conn) *loopBell {
 	el := c.EventLoop()
 	if b, ok := f.bells.Load(el); ok {
 		return b.(*loopBell)
 	}
-	b := f.s.newLoopBell(func(ring func()) {
-		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			ring()
+	b := f.s.newLoopBell(func(task func()) {
+		err := el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			task()
 			return nil
 		}))
+		if err != nil {
+			// The engine is shutting down and the loop serves nobody any
+			// more; the task still completes what the memory node
+			// answered, so that no grant is left unadmitted.
+			task()
+		}
 	})
 	actual, _ := f.bells.LoadOrStore(el, b)
 	return actual.(*loopBell)

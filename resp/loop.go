@@ -70,26 +70,29 @@ type loopConn struct {
 	ready    atomic.Pointer[func(*replyWriter)]
 	finished atomic.Bool
 	// staged: the current batch started atomics on a network doorbell.
-	// Until they are posted, nothing of the connection goes further: not
-	// its replies (a client told "released" must not find the key still
-	// held), and not its next command.
-	staged bool
+	// Until they are posted and answered, nothing of the connection goes
+	// further: not its replies (a client told "released" must not find the
+	// key still held), and not its next command. unposted is set while a
+	// deferred command's connection waits for that, and closing when the
+	// connection closes once it is over.
+	staged   bool
+	unposted bool
+	closing  bool
 }
 
 // loopBell is an event loop's doorbell (lockmap.Doorbell): the atomics the
 // lock commands of one pass start go out together, with one round trip
-// per memory node, when the loop rings it after the pass. In-process
+// per memory node, when the loop rings it after the pass. The loop waits
+// only so long for the memory node (ringPatience): then it serves its other
+// connections, and the answer comes back to it as a task. In-process
 // memory nodes cost no round trip, so their doorbell rings at once.
 type loopBell struct {
 	d         *lockmap.Doorbell
 	inline    bool
 	scheduled bool
 	// schedule runs f on the loop once the events of the current pass are
-	// handled (gnet: EventLoop.Execute).
+	// handled (gnet: EventLoop.Execute). Any goroutine may call it.
 	schedule func(f func())
-	// then runs on the loop after the next ring: what connections that
-	// started atomics do once those are posted.
-	then []func()
 }
 
 func (s *Server) newLoopBell(schedule func(func())) *loopBell {
@@ -110,14 +113,17 @@ func (b *loopBell) after() {
 	b.schedule(b.ring)
 }
 
+// ringPatience is how long the loop waits for the memory nodes' answers
+// after a ring before it goes back to its other connections (and takes
+// the answers when they come). Waiting is cheaper, as long as it lasts a
+// round trip: the requests of that time are then read in one pass and go
+// out in one batch. The bound is what a memory node that stops answering
+// costs the loop's other clients, once.
+const ringPatience = 2 * time.Millisecond
+
 func (b *loopBell) ring() {
 	b.scheduled = false
-	b.d.Ring(context.Background())
-	then := b.then
-	b.then = nil
-	for _, f := range then {
-		f()
-	}
+	b.d.Launch(context.Background(), ringPatience, b.schedule)
 }
 
 // heldCmd is a command handed to a goroutine, with its arguments copied
@@ -173,7 +179,7 @@ func (s *Server) closeLoopConn(lc *loopConn) {
 func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	st := lc.st
 	if lc.busy {
-		if !lc.finished.Load() {
+		if !lc.finished.Load() || lc.unposted {
 			return s.whileBusy(lc, io)
 		}
 		// The goroutine's reply is in st.w, ahead of what follows; a
@@ -184,6 +190,10 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 			st.w.resp3 = st.resp3
 			(*r)(&st.w)
 		}
+		if lc.closing {
+			s.flush(lc, io)
+			return true
+		}
 	}
 	in, _ := io.Peek(-1)
 	if err := lc.feed(in); err != nil {
@@ -191,6 +201,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		s.flush(lc, io)
 		return true
 	}
+	lc.bell.d.Mark() // afterRing waits for this connection's atomics only
 	n, act := s.batch(lc, in)
 	if n > 0 {
 		_, _ = io.Discard(n)
@@ -207,9 +218,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	}
 	if lc.staged {
 		lc.staged = false
-		if act == actClose {
-			lc.bell.ring() // rare (QUIT after a release): post before closing
-		} else if !lc.bell.inline {
+		if !lc.bell.inline {
 			s.afterRing(lc, act)
 			return false
 		}
@@ -233,25 +242,33 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 }
 
 // afterRing holds a connection whose batch started atomics on the network
-// doorbell until the loop has rung it: the replies stay in st.w, and the
-// connection is busy, so that what it does next (a command handed to a
-// goroutine, the buffered input) comes after the atomics too.
+// doorbell until the memory nodes have answered them: the replies stay in
+// st.w, and the connection is busy, so that what it does next (a command
+// handed to a goroutine, the buffered input, closing) comes after the
+// atomics too.
 func (s *Server) afterRing(lc *loopConn, act action) {
 	lc.busy = true
 	switch act {
-	case actNone:
-		lc.bell.then = append(lc.bell.then, func() {
+	case actNone, actClose:
+		lc.closing = act == actClose
+		lc.bell.d.After(func() {
 			lc.finished.Store(true)
 			lc.wake()
 		})
 	case actHold:
-		lc.bell.then = append(lc.bell.then, func() {
+		lc.bell.d.After(func() {
 			s.offload.Add(1)
 			go s.runHeld(lc)
 		})
 	case actDefer:
-		// Its acquire's atomic is in the same ring, after the others, and
-		// its completion wakes the loop.
+		// Its own completion hands over the last reply; the others wait
+		// for the atomics of the earlier commands, which may have gone to
+		// other memory nodes.
+		lc.unposted = true
+		lc.bell.d.After(func() {
+			lc.unposted = false
+			lc.wake()
+		})
 	}
 	lc.bell.after()
 }

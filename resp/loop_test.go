@@ -52,6 +52,48 @@ func (f *fakeConn) out() string {
 	return b.String()
 }
 
+// loopTasks is an event loop's task queue (gnet's Execute): the loop's pass
+// adds the doorbell's ring to it, and the goroutines that post the doorbell
+// add the memory node's answers.
+type loopTasks struct {
+	mu     sync.Mutex
+	fs     []func()
+	signal chan struct{}
+}
+
+func newLoopTasks() *loopTasks { return &loopTasks{signal: make(chan struct{}, 1)} }
+
+func (q *loopTasks) add(f func()) {
+	q.mu.Lock()
+	q.fs = append(q.fs, f)
+	q.mu.Unlock()
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (q *loopTasks) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.fs)
+}
+
+// run runs the queued tasks, and those they queue, on the caller: the loop.
+func (q *loopTasks) run() {
+	for {
+		q.mu.Lock()
+		if len(q.fs) == 0 {
+			q.mu.Unlock()
+			return
+		}
+		f := q.fs[0]
+		q.fs = q.fs[1:]
+		q.mu.Unlock()
+		f()
+	}
+}
+
 // loopClient drives one loopConn as gnet's event loop would: input makes it
 // run onTraffic, and so does the goroutine's wake-up.
 type loopClient struct {
@@ -60,14 +102,14 @@ type loopClient struct {
 	lc     *loopConn
 	f      fakeConn
 	woke   chan struct{}
-	chores []func() // what the loop runs after a pass (the doorbell's ring)
+	tasks  *loopTasks
 	closed bool
 	gone   bool
 }
 
 func newLoopClient(t testing.TB, s *Server) *loopClient {
-	c := &loopClient{t: t, s: s, woke: make(chan struct{}, 1)}
-	bell := s.newLoopBell(func(f func()) { c.chores = append(c.chores, f) })
+	c := &loopClient{t: t, s: s, woke: make(chan struct{}, 1), tasks: newLoopTasks()}
+	bell := s.newLoopBell(c.tasks.add)
 	c.lc = s.newLoopConn(func() {
 		select {
 		case c.woke <- struct{}{}:
@@ -82,11 +124,7 @@ func newLoopClient(t testing.TB, s *Server) *loopClient {
 // tasks the pass left (a doorbell's ring).
 func (c *loopClient) pass() {
 	c.closed = c.s.onTraffic(c.lc, &c.f)
-	for len(c.chores) > 0 {
-		f := c.chores[0]
-		c.chores = c.chores[1:]
-		f()
-	}
+	c.tasks.run()
 }
 
 // send appends input and runs the loop once, as a read would.
@@ -102,13 +140,14 @@ func (c *loopClient) send(in string) {
 	}
 }
 
-// settle waits until no command of this connection runs on a goroutine,
-// running the loop on each wake-up.
+// settle waits until no command of this connection runs on a goroutine or
+// waits for the memory node, running the loop on each wake-up and task.
 func (c *loopClient) settle() {
 	c.t.Helper()
 	for c.lc.busy && !c.closed {
 		select {
 		case <-c.woke:
+		case <-c.tasks.signal:
 		case <-time.After(time.Minute):
 			c.t.Fatal("a held command never finished")
 		}
@@ -605,20 +644,20 @@ func TestLoopPanicCostsOneReply(t *testing.T) {
 func TestDoorbellSharedByConnections(t *testing.T) {
 	m, ep := networkMap(t, shiftlock.Config{OwnerTags: true})
 	s := New(Config{Map: m, Logger: zap.NewNop()})
-	var chores []func()
-	bell := s.newLoopBell(func(f func()) { chores = append(chores, f) })
+	tasks := newLoopTasks()
+	bell := s.newLoopBell(tasks.add)
 	const n = 20
 	type conn struct {
-		lc   *loopConn
-		f    fakeConn
-		woke chan struct{}
+		lc *loopConn
+		f  fakeConn
 	}
+	woke := make(chan struct{}, 1)
 	cs := make([]*conn, n)
 	for i := range cs {
-		c := &conn{woke: make(chan struct{}, 1)}
+		c := &conn{}
 		c.lc = s.newLoopConn(func() {
 			select {
-			case c.woke <- struct{}{}:
+			case woke <- struct{}{}:
 			default:
 			}
 		}, bell)
@@ -626,7 +665,8 @@ func TestDoorbellSharedByConnections(t *testing.T) {
 		cs[i] = c
 	}
 	// pass delivers each connection's input, runs the ring the pass left,
-	// and then the connections it woke, until everyone is answered.
+	// and then the memory node's answers and the connections they woke,
+	// until everyone is answered.
 	pass := func(input func(i int) string) {
 		t.Helper()
 		for i, c := range cs {
@@ -635,22 +675,28 @@ func TestDoorbellSharedByConnections(t *testing.T) {
 				t.Fatal("closed")
 			}
 		}
-		if len(chores) != 1 {
-			t.Fatalf("%d rings scheduled for one pass, want 1", len(chores))
+		if k := tasks.len(); k != 1 {
+			t.Fatalf("%d rings scheduled for one pass, want 1", k)
 		}
-		for len(chores) > 0 {
-			f := chores[0]
-			chores = chores[1:]
-			f()
-		}
-		for _, c := range cs {
-			for c.lc.busy {
-				select {
-				case <-c.woke:
-				case <-time.After(time.Minute):
-					t.Fatal("a connection was never woken")
+		for {
+			tasks.run()
+			busy := 0
+			for _, c := range cs {
+				if c.lc.busy {
+					s.onTraffic(c.lc, &c.f)
 				}
-				s.onTraffic(c.lc, &c.f)
+				if c.lc.busy {
+					busy++
+				}
+			}
+			if busy == 0 {
+				return
+			}
+			select {
+			case <-woke:
+			case <-tasks.signal:
+			case <-time.After(time.Minute):
+				t.Fatalf("%d connections were never answered", busy)
 			}
 		}
 	}
