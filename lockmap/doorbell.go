@@ -142,11 +142,15 @@ func (d *Doorbell) After(f func()) {
 // completes the operations. Operations started by those completions are
 // staged for the next ring.
 func (d *Doorbell) Ring(ctx context.Context) {
+	// The staging list and d.launch trade places, so that neither is
+	// allocated anew per ring.
 	groups := d.groups
-	d.groups = nil
+	d.groups = d.launch[:0]
 	for _, g := range groups {
 		d.complete(g, g.dom.Client.Endpoint().Post(ctx, &g.b))
 	}
+	clear(groups)
+	d.launch = groups[:0]
 }
 
 // Launch posts the staged batches, one goroutine per memory node, and

@@ -62,7 +62,7 @@ func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
 		wait = s.cfg.Wait.Budget(key, opt.TTL)
 	}
 	opt.Wait = wait
-	opt.Queue = st.queue
+	opt.Queue = st.queueHook
 	st.acquire(key, token, opt, func(w *replyWriter, fence uint64, ok bool, err error) {
 		switch {
 		case err != nil:

@@ -162,7 +162,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 		return
 	}
 	key, token := string(args[1]), string(args[2])
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl), Queue: st.queue}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl), Queue: st.queueHook}
 	st.acquire(key, token, opt, func(w *replyWriter, _ uint64, ok bool, err error) {
 		switch {
 		case err != nil:

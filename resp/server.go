@@ -219,11 +219,15 @@ type connState struct {
 	lsha  [40]byte
 	keys  []string
 	argv  []string
+	// queueHook is st.queue, made once: a method value made per command
+	// would allocate.
+	queueHook func(context.Context) (context.Context, func())
 }
 
 func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
 	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, base: ctx, cancel: cancel}
 	st.ops = scriptOps{s: s, st: st}
+	st.queueHook = st.queue
 	return st
 }
 
