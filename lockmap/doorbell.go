@@ -3,6 +3,7 @@ package lockmap
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,8 @@ type Doorbell struct {
 	// that come while the owner waits arrive on inbox, the others through
 	// back.
 	work     chan *bellGroup
+	quit     chan struct{} // closed by Close: idle posters exit
+	quitOnce sync.Once
 	inbox    chan *bellGroup
 	timer    *time.Timer
 	patience time.Duration
@@ -79,7 +82,11 @@ type bellWait struct {
 }
 
 // NewDoorbell returns an empty doorbell for m's lock operations.
-func (m *Map) NewDoorbell() *Doorbell { return &Doorbell{m: m} }
+func (m *Map) NewDoorbell() *Doorbell { return &Doorbell{m: m, quit: make(chan struct{})} }
+
+// Close lets the goroutines that post for Launch exit once idle. Any
+// goroutine may call it, more than once; a later Launch still works.
+func (d *Doorbell) Close() { d.quitOnce.Do(func() { close(d.quit) }) }
 
 // Pending reports whether anything staged waits to be posted.
 func (d *Doorbell) Pending() bool { return len(d.groups) > 0 }
@@ -256,7 +263,11 @@ func (d *Doorbell) poster(g *bellGroup) {
 		} else {
 			g.back(func() { d.landed(g, true) })
 		}
-		g = <-d.work
+		select {
+		case g = <-d.work:
+		case <-d.quit:
+			return
+		}
 	}
 }
 

@@ -160,6 +160,10 @@ func (f *gnetFrontend) OnShutdown(gnet.Engine) {
 	f.wakeMu.Lock()
 	f.stopping = true
 	f.wakeMu.Unlock()
+	f.bells.Range(func(_, b any) bool {
+		b.(*loopBell).d.Close() // its posting goroutines exit
+		return true
+	})
 }
 
 // wake has the loop run OnTraffic for c: a command of c's finished on its
