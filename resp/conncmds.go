@@ -215,7 +215,9 @@ func (s *Server) cmdInfo(st *connState, args [][]byte) {
 		"uptime_in_seconds:"+strconv.FormatInt(uptime, 10),
 	)
 	section("Clients", "connected_clients:"+strconv.FormatInt(s.clients.Load(), 10),
+		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
 		"blocked_clients:"+strconv.FormatInt(s.blocked.Load(), 10))
+	section("Stats", "rejected_connections:"+strconv.FormatInt(s.refused.Load(), 10))
 	section("Persistence", "loading:0")
 	section("Replication", "role:master", "connected_slaves:0")
 	locks := []string{"locks_held:" + strconv.Itoa(s.cfg.Map.Count()), "memnodes:" + strconv.Itoa(len(s.cfg.Map.Domains()))}

@@ -180,7 +180,11 @@ func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	// Replies go out as soon as they are written (gnet sets this on the
 	// listener too; Linux passes it on to accepted sockets, others may not).
 	_ = c.SetNoDelay(true)
-	c.SetContext(f.s.newLoopConn(func() { f.wake(c) }, f.bell(c)))
+	lc, ok := f.s.openLoopConn(func() { f.wake(c) }, f.bell(c))
+	if !ok {
+		return []byte(errMaxClients), gnet.Close
+	}
+	c.SetContext(lc)
 	return nil, gnet.None
 }
 

@@ -145,7 +145,8 @@ const (
 	actClose        // write the replies, then close the connection
 )
 
-func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
+// makeLoopConn is a connection's state on the loop, not yet counted.
+func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	lc := &loopConn{
 		st:     s.newConnState(ctx, cancel),
@@ -160,8 +161,22 @@ func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 		lc.finished.Store(true)
 		lc.wake()
 	}
-	s.clients.Add(1)
 	return lc
+}
+
+// newLoopConn is openLoopConn without the MaxClients cap (tests).
+func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
+	s.clients.Add(1)
+	return s.makeLoopConn(wake, bell)
+}
+
+// openLoopConn is a new connection's state, or false if MaxClients are
+// connected already.
+func (s *Server) openLoopConn(wake func(), bell *loopBell) (*loopConn, bool) {
+	if !s.reserveClient() {
+		return nil, false
+	}
+	return s.makeLoopConn(wake, bell), true
 }
 
 // closeLoopConn is told that the connection has closed. A command of its

@@ -49,18 +49,24 @@ func (f *redconFrontend) close() error {
 
 func (f *redconFrontend) accept(c redcon.Conn) bool {
 	s := f.s
+	if !s.reserveClient() {
+		_ = c.NetConn().SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.NetConn().Write([]byte(errMaxClients))
+		return false
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := s.newConnState(ctx, cancel)
 	st.lim, _ = c.NetConn().(*limitConn)
 	c.SetContext(st)
-	s.clients.Add(1)
 	return true
 }
 
 func (f *redconFrontend) closed(c redcon.Conn, err error) {
-	if st, ok := c.Context().(*connState); ok {
-		st.cancel()
+	st, ok := c.Context().(*connState)
+	if !ok {
+		return // refused at accept: never counted
 	}
+	st.cancel()
 	f.s.clients.Add(-1)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		f.s.log.Debug("connection closed", zap.String("remote", c.RemoteAddr()), zap.Error(err))

@@ -60,6 +60,10 @@ type Config struct {
 	Frontend string
 	// EventLoops is the number of gnet event loops (default 1).
 	EventLoops int
+	// MaxClients caps the connected clients (default 10000, as Redis's
+	// maxclients); one more is told "-ERR max number of clients reached"
+	// and disconnected, as Redis does.
+	MaxClients int
 }
 
 func (c *Config) defaults() {
@@ -81,7 +85,33 @@ func (c *Config) defaults() {
 	if c.EventLoops <= 0 {
 		c.EventLoops = 1
 	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = 10000
+	}
 }
+
+// errMaxClients is Redis's refusal of a connection past maxclients.
+const errMaxClients = "-ERR max number of clients reached\r\n"
+
+// reserveClient counts a new connection unless MaxClients are connected.
+// Front ends with several accepting goroutines (gnet's loops) may race;
+// the compare-and-swap keeps the cap exact.
+func (s *Server) reserveClient() bool {
+	for {
+		n := s.clients.Load()
+		if n >= int64(s.cfg.MaxClients) {
+			s.refused.Add(1)
+			return false
+		}
+		if s.clients.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Refused is the number of connections refused for MaxClients (Redis's
+// rejected_connections).
+func (s *Server) Refused() int64 { return s.refused.Load() }
 
 // frontend is one way of accepting connections and feeding their commands
 // to Server.exec.
@@ -97,6 +127,7 @@ type Server struct {
 	fe      frontend
 	nextID  atomic.Int64
 	clients atomic.Int64
+	refused atomic.Int64 // connections turned away at MaxClients
 	blocked atomic.Int64 // commands queued in a lock right now
 	offload atomic.Int64 // gnet: commands run on a goroutine so far
 	started time.Time

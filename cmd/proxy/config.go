@@ -30,6 +30,8 @@ type config struct {
 	Name       string `yaml:"name"`
 
 	Requirepass string `yaml:"requirepass"`
+	// MaxClients caps connected clients, as Redis's maxclients.
+	MaxClients int `yaml:"maxclients"`
 
 	AcquireWait  []waitRule    `yaml:"acquire_wait"`
 	WaitFraction float64       `yaml:"acquire_wait_fraction"`
@@ -72,6 +74,7 @@ func defaultConfig() config {
 		WaitFraction:  0.04,
 		WaitMax:       2 * time.Second,
 		Threshold:     16,
+		MaxClients:    10000,
 		Frontend:      "gnet",
 		EventLoops:    1,
 		MetricsListen: "127.0.0.1:9380",
@@ -134,6 +137,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
 	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
 	fs.StringVar(&f.Requirepass, "requirepass", "", "password clients must AUTH with")
+	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
 	fs.StringVar(&wait, "acquire-wait", "", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`)
 	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
 	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
@@ -168,6 +172,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("advertise", func() { cfg.Advertise = f.Advertise })
 	over("name", func() { cfg.Name = f.Name })
 	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
+	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
 	over("acquire-wait", func() { cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}} })
 	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
@@ -182,6 +187,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.EventLoops < 1 {
 		return config{}, errors.New("event_loops must be at least 1")
+	}
+	if cfg.MaxClients < 1 {
+		return config{}, errors.New("maxclients must be at least 1")
 	}
 	if cfg.Procs < 0 {
 		return config{}, errors.New("procs must be 0 (pick) or more")

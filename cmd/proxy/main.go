@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		go mb.supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.name).Inc(); m.watchDomain(lm, mb.index) })
 	}
 	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand,
-		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops})
+		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops, MaxClients: cfg.MaxClients})
 	m.watch(srv, lm)
 
 	if err := srv.Listen(cfg.Listen); err != nil {
@@ -112,9 +113,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Warn("serving without requirepass on a non-loopback address: anyone who can reach it can take and release locks",
 			zap.String("addr", addr.String()))
 	}
+	var stopping atomic.Bool
 	var msrv *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
-		if msrv, err = procutil.ServeMetrics(cfg.MetricsListen, m.reg, log); err != nil {
+		if msrv, err = procutil.ServeMetrics(cfg.MetricsListen, m.reg, log, func() error { return ready(lm, &stopping) }); err != nil {
 			_ = srv.Close()
 			log.Error("metrics listen", zap.Error(err))
 			return 1
@@ -132,6 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := 0
 	select {
 	case <-ctx.Done():
+		stopping.Store(true)
 		log.Info("shutting down")
 	case err := <-srv.Done():
 		log.Error("serve", zap.Error(err))
@@ -140,6 +143,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_ = srv.Close()
 	msrv.Shutdown()
 	return code
+}
+
+// ready is the proxy's readiness (/readyz): serving, not shutting down, and
+// holding a valid lease with every memory node it joined (an embedded one
+// has no lease to lose). A proxy between losing its membership and
+// rejoining answers lock commands with TRYAGAIN, so a load balancer should
+// look elsewhere meanwhile.
+func ready(lm *lockmap.Map, stopping *atomic.Bool) error {
+	if stopping.Load() {
+		return errors.New("shutting down")
+	}
+	for _, d := range lm.Domains() {
+		if d.Lease == nil {
+			continue
+		}
+		if err := d.Lease.Valid(); err != nil {
+			return fmt.Errorf("memory node %s: %w", d.Name, err)
+		}
+	}
+	return nil
 }
 
 // nthPort offsets addr's port by i (a zero port stays zero).

@@ -48,13 +48,31 @@ type MetricsServer struct {
 // background; serving errors after the start are logged. The listen error
 // is returned, so that a taken port fails the start rather than leaving
 // the daemon unobservable.
-func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*MetricsServer, error) {
+//
+// The same address answers the probes orchestrators use: /healthz is 200
+// while the process serves at all (liveness), and /readyz is 200 when ready
+// returns nil and 503 with its error otherwise (readiness: whether to send
+// traffic here). A nil ready is always ready.
+func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, ready func() error) (*MetricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready != nil {
+			if err := ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, "not ready: "+err.Error()+"\n")
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
 	m := &MetricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr()}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,6 +1,7 @@
 package procutil
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,7 +65,7 @@ func TestServeMetrics(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "procutil_test_total", Help: "test"})
 	reg.MustRegister(c)
 	c.Add(3)
-	m, err := ServeMetrics("127.0.0.1:0", reg, zap.NewNop())
+	m, err := ServeMetrics("127.0.0.1:0", reg, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +84,47 @@ func TestServeMetrics(t *testing.T) {
 	}
 	var none *MetricsServer
 	none.Shutdown() // metrics disabled
-	if _, err := ServeMetrics(m.Addr().String()+"x", reg, zap.NewNop()); err == nil {
+	if _, err := ServeMetrics(m.Addr().String()+"x", reg, zap.NewNop(), nil); err == nil {
 		t.Fatal("a bad address must fail the start")
+	}
+}
+
+// TestProbes: /healthz answers while serving; /readyz follows ready.
+func TestProbes(t *testing.T) {
+	var notReady atomic.Value
+	notReady.Store("")
+	m, err := ServeMetrics("127.0.0.1:0", prometheus.NewRegistry(), zap.NewNop(), func() error {
+		if why := notReady.Load().(string); why != "" {
+			return errors.New(why)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + m.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz = %d %q", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz = %d %q", code, body)
+	}
+	notReady.Store("lease lost")
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "lease lost") {
+		t.Fatalf("/readyz when not ready = %d %q", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz when not ready = %d; liveness does not follow readiness", code)
 	}
 }
 

@@ -1,0 +1,168 @@
+package itest
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+)
+
+// TestMaxClients: with maxclients 2, a third connection is told Redis's
+// error and closed, while the two keep working; once one leaves, a new one
+// is served. INFO counts the refusal.
+func TestMaxClients(t *testing.T) {
+	for _, fe := range []string{"gnet", "redcon"} {
+		t.Run(fe, func(t *testing.T) {
+			p := testproc.Proxy(t, "-maxclients", "2", "-frontend", fe)
+			dial := func() (net.Conn, *bufio.Reader) {
+				t.Helper()
+				c, err := net.Dial("tcp", p.Addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				return c, bufio.NewReader(c)
+			}
+			ping := func(c net.Conn, r *bufio.Reader) string {
+				t.Helper()
+				if _, err := c.Write([]byte("PING\r\n")); err != nil {
+					return err.Error()
+				}
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return err.Error()
+				}
+				return line
+			}
+			a, ra := dial()
+			b, rb := dial()
+			for _, x := range []struct {
+				c net.Conn
+				r *bufio.Reader
+			}{{a, ra}, {b, rb}} {
+				if got := ping(x.c, x.r); got != "+PONG\r\n" {
+					t.Fatalf("PING within maxclients = %q", got)
+				}
+			}
+			_, rc := dial()
+			line, err := rc.ReadString('\n')
+			if line != "-ERR max number of clients reached\r\n" {
+				t.Fatalf("connection past maxclients got %q, %v", line, err)
+			}
+			if _, err := rc.ReadByte(); err != io.EOF {
+				t.Fatalf("connection past maxclients not closed: %v", err)
+			}
+			if got := ping(a, ra); got != "+PONG\r\n" {
+				t.Fatalf("PING after the refusal = %q", got)
+			}
+			b.Close()
+			// The proxy learns of the hang-up asynchronously: a new client
+			// is served once it has.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				d, rd := dial()
+				if got := ping(d, rd); got == "+PONG\r\n" {
+					break
+				} else if !strings.Contains(got, "max number of clients") && !strings.Contains(got, "EOF") && !strings.Contains(got, "reset") {
+					t.Fatalf("new connection after one left: %q", got)
+				}
+				d.Close()
+				if time.Now().After(deadline) {
+					t.Fatal("no connection was served after a client left")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if _, err := a.Write([]byte("INFO\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			hdr, _ := ra.ReadString('\n')
+			if !strings.HasPrefix(hdr, "$") {
+				t.Fatalf("INFO = %q", hdr)
+			}
+			var info strings.Builder
+			for !strings.Contains(info.String(), "# Locks") {
+				l, err := ra.ReadString('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				info.WriteString(l)
+			}
+			for _, want := range []string{"maxclients:2\r\n", "rejected_connections:"} {
+				if !strings.Contains(info.String(), want) {
+					t.Fatalf("INFO lacks %q:\n%s", want, info.String())
+				}
+			}
+			if strings.Contains(info.String(), "rejected_connections:0\r\n") {
+				t.Fatalf("INFO does not count the refusal:\n%s", info.String())
+			}
+		})
+	}
+}
+
+// TestProbes: a proxy joined to a memory node is live and ready; when the
+// node stops answering, the proxy loses its lease and turns not ready (it
+// would answer lock commands with TRYAGAIN) while staying live; once the
+// node runs again and the proxy has rejoined, it is ready again.
+func TestProbes(t *testing.T) {
+	mn := testproc.Memnode(t, "-entries", "4096")
+	p := testproc.Proxy(t, "-memnode", mn.Addr, "-metrics", "127.0.0.1:0")
+	m := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(p.Output())
+	if m == nil {
+		t.Fatalf("the proxy did not print its metrics address:\n%s", p.Output())
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		c := http.Client{Timeout: 5 * time.Second}
+		resp, err := c.Get("http://" + m[1] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	waitFor := func(what string, code int) string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, body := get("/readyz")
+			if got == code {
+				return body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz never became %d (%s): last %d %q", code, what, got, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if code, body := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d %q", code, body)
+	}
+	waitFor("joined", 200)
+
+	mn.Signal(syscall.SIGSTOP)
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			mn.Signal(syscall.SIGCONT)
+		}
+	})
+	body := waitFor("memory node stopped", 503)
+	if !strings.Contains(body, mn.Addr) {
+		t.Fatalf("/readyz does not name the memory node: %q", body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d while the memory node is stopped; liveness must not follow it", code)
+	}
+	mn.Signal(syscall.SIGCONT)
+	resumed = true
+	waitFor("memory node resumed", 200)
+}
