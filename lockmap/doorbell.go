@@ -328,6 +328,10 @@ func (d *Doorbell) complete(g *bellGroup, err error) {
 // push) takes Acquire's blocking path on that goroutine, under ctx, which
 // therefore must allow waiting (not a NoWait context).
 func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, opt AcquireOptions, done func(fence uint64, ok bool, err error)) {
+	if m.draining.Load() {
+		done(0, false, ErrDraining)
+		return
+	}
 	blocking := func() {
 		go func() {
 			fences, ok, err := m.Acquire(ctx, []string{key}, token, opt)

@@ -47,6 +47,8 @@ type Map struct {
 	log     *zap.Logger
 	shards  [256]shard
 	exp     *expirer
+	// draining: new acquires are refused (Drain).
+	draining atomic.Bool
 
 	// excl counts this proxy's exclusive grants per entry, to tell "held by
 	// another key of ours on the same entry" from "held elsewhere".
@@ -217,6 +219,8 @@ func (m *Map) Where(key string) (*Domain, uint64) {
 var (
 	ErrHeldByToken = errors.New("lockmap: key is already held by this token")
 	ErrBadTTL      = errors.New("lockmap: TTL must be positive")
+	// ErrDraining refuses an acquire on a proxy that is shutting down.
+	ErrDraining = errors.New("lockmap: the proxy is shutting down and grants no new locks")
 )
 
 // AcquireOptions describe one acquire.
@@ -241,6 +245,9 @@ type AcquireOptions struct {
 // the fencing tokens (one per key, in the order given), or ok=false if some
 // key stayed held for the whole wait budget.
 func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt AcquireOptions) (fences []uint64, ok bool, err error) {
+	if m.draining.Load() {
+		return nil, false, ErrDraining
+	}
 	if opt.Mode == 0 {
 		opt.Mode = shiftlock.Exclusive
 	}
@@ -1003,6 +1010,12 @@ func (m *Map) expire(h *hold, at time.Time) {
 		m.cfg.OnExpire(h.key)
 	}
 }
+
+// Drain refuses every acquire from now on (ErrDraining), so that the holds
+// already granted can only go: released, expired, deleted. Acquires already
+// queued go on. A proxy shutting down drains, then waits for Count to reach
+// 0 before it leaves its memory nodes.
+func (m *Map) Drain() { m.draining.Store(true) }
 
 // Count is the number of keys held through this proxy.
 func (m *Map) Count() int {

@@ -182,7 +182,7 @@ func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	_ = c.SetNoDelay(true)
 	lc, ok := f.s.openLoopConn(func() { f.wake(c) }, f.bell(c))
 	if !ok {
-		return []byte(errMaxClients), gnet.Close
+		return []byte(f.s.refusal()), gnet.Close
 	}
 	c.SetContext(lc)
 	return nil, gnet.None

@@ -23,6 +23,8 @@ const HeldElsewhere = "shiftlock:held-through-another-proxy"
 // errReply turns an error from the lock table into a Redis-style error.
 func errReply(err error) string {
 	switch {
+	case errors.Is(err, lockmap.ErrDraining):
+		return "TRYAGAIN shiftlock-proxy is shutting down; acquire through another proxy, or retry"
 	case errors.Is(err, lockmap.ErrNoLease):
 		return "TRYAGAIN shiftlock-proxy has lost its lease with the memory node; locks cannot be granted until it is back: " + err.Error()
 	case errors.Is(err, rdma.ErrUnreachable), errors.Is(err, rdma.ErrUnavailable), errors.Is(err, rdma.ErrClosed):

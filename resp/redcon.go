@@ -51,7 +51,7 @@ func (f *redconFrontend) accept(c redcon.Conn) bool {
 	s := f.s
 	if !s.reserveClient() {
 		_ = c.NetConn().SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = c.NetConn().Write([]byte(errMaxClients))
+		_, _ = c.NetConn().Write([]byte(s.refusal()))
 		return false
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -97,6 +97,9 @@ const errMaxClients = "-ERR max number of clients reached\r\n"
 // Front ends with several accepting goroutines (gnet's loops) may race;
 // the compare-and-swap keeps the cap exact.
 func (s *Server) reserveClient() bool {
+	if s.draining.Load() {
+		return false
+	}
 	for {
 		n := s.clients.Load()
 		if n >= int64(s.cfg.MaxClients) {
@@ -108,6 +111,24 @@ func (s *Server) reserveClient() bool {
 		}
 	}
 }
+
+// Drain turns new connections away (with errDraining), while the
+// connected ones are served on: a proxy shutting down lets its clients
+// release what they hold and its queued acquires finish.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Blocked is the number of commands waiting in a lock's queue right now.
+func (s *Server) Blocked() int64 { return s.blocked.Load() }
+
+// refusal is what a connection that reserveClient turned away is told.
+func (s *Server) refusal() string {
+	if s.draining.Load() {
+		return errDraining
+	}
+	return errMaxClients
+}
+
+const errDraining = "-TRYAGAIN shiftlock-proxy is shutting down; connect to another proxy, or retry\r\n"
 
 // Refused is the number of connections refused for MaxClients (Redis's
 // rejected_connections).
@@ -128,9 +149,11 @@ type Server struct {
 	nextID  atomic.Int64
 	clients atomic.Int64
 	refused atomic.Int64 // connections turned away at MaxClients
-	blocked atomic.Int64 // commands queued in a lock right now
-	offload atomic.Int64 // gnet: commands run on a goroutine so far
-	started time.Time
+	// draining: new connections are turned away (Drain).
+	draining atomic.Bool
+	blocked  atomic.Int64 // commands queued in a lock right now
+	offload  atomic.Int64 // gnet: commands run on a goroutine so far
+	started  time.Time
 
 	scriptsMu sync.RWMutex
 	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL

@@ -32,6 +32,9 @@ type config struct {
 	Requirepass string `yaml:"requirepass"`
 	// MaxClients caps connected clients, as Redis's maxclients.
 	MaxClients int `yaml:"maxclients"`
+	// DrainTimeout bounds the shutdown's wait for the locks clients still
+	// hold through this proxy (docs/architecture.md, "Shutdown").
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 
 	AcquireWait  []waitRule    `yaml:"acquire_wait"`
 	WaitFraction float64       `yaml:"acquire_wait_fraction"`
@@ -75,6 +78,7 @@ func defaultConfig() config {
 		WaitMax:       2 * time.Second,
 		Threshold:     16,
 		MaxClients:    10000,
+		DrainTimeout:  30 * time.Second,
 		Frontend:      "gnet",
 		EventLoops:    1,
 		MetricsListen: "127.0.0.1:9380",
@@ -138,6 +142,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
 	fs.StringVar(&f.Requirepass, "requirepass", "", "password clients must AUTH with")
 	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
+	fs.DurationVar(&f.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to wait for held locks to be released or expire (0: leave at once)")
 	fs.StringVar(&wait, "acquire-wait", "", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`)
 	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
 	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
@@ -173,6 +178,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("name", func() { cfg.Name = f.Name })
 	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
 	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
+	over("drain-timeout", func() { cfg.DrainTimeout = f.DrainTimeout })
 	over("acquire-wait", func() { cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}} })
 	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
@@ -190,6 +196,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.MaxClients < 1 {
 		return config{}, errors.New("maxclients must be at least 1")
+	}
+	if cfg.DrainTimeout < 0 {
+		return config{}, errors.New("drain_timeout must not be negative")
 	}
 	if cfg.Procs < 0 {
 		return config{}, errors.New("procs must be 0 (pick) or more")

@@ -9,7 +9,10 @@
 //
 // On startup it prints "proxy listening on ADDR" to stdout with the actual
 // address, so -listen 127.0.0.1:0 works in tests. SIGTERM or SIGINT stop it:
-// it stops accepting, closes connections, leaves its memory nodes and exits 0.
+// it turns not ready, refuses new connections and acquires, waits (up to
+// drain_timeout) for the locks its clients hold to be released or expire,
+// then closes connections, leaves its memory nodes and exits 0
+// (docs/architecture.md, "Shutdown").
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -135,7 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	select {
 	case <-ctx.Done():
 		stopping.Store(true)
-		log.Info("shutting down")
+		drain(srv, lm, cfg.DrainTimeout, log)
 	case err := <-srv.Done():
 		log.Error("serve", zap.Error(err))
 		code = 1
@@ -143,6 +147,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_ = srv.Close()
 	msrv.Shutdown()
 	return code
+}
+
+// drain is the first part of a shutdown (docs/architecture.md, "Shutdown"):
+// the proxy is already not ready; it turns new connections and new acquires
+// away, and waits until the locks its clients hold are released or expire
+// and no acquire is queued any more, for at most timeout, or until a second
+// signal. Leaving earlier would let the embedded memory node's locks vanish
+// with the process, and on a shared memory node would have the proxy's
+// holds recovered while their clients still count on them.
+func drain(srv *resp.Server, lm *lockmap.Map, timeout time.Duration, log *zap.Logger) {
+	srv.Drain()
+	lm.Drain()
+	held, queued := lm.Count(), srv.Blocked()
+	if timeout == 0 || (held == 0 && queued == 0) {
+		log.Info("shutting down", zap.Int("locks_held", held), zap.Int64("queued", queued))
+		return
+	}
+	log.Info("shutting down: waiting for held locks to be released or expire (signal again to leave now)",
+		zap.Int("locks_held", held), zap.Int64("queued", queued), zap.Duration("drain_timeout", timeout))
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(again)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if lm.Count() == 0 && srv.Blocked() == 0 {
+				log.Info("drained: no lock held, none queued")
+				return
+			}
+		case <-deadline.C:
+			log.Warn("drain timeout: leaving with locks still held", zap.Int("locks_held", lm.Count()), zap.Int64("queued", srv.Blocked()))
+			return
+		case <-again:
+			log.Warn("second signal: leaving with locks still held", zap.Int("locks_held", lm.Count()), zap.Int64("queued", srv.Blocked()))
+			return
+		}
+	}
 }
 
 // ready is the proxy's readiness (/readyz): serving, not shutting down, and

@@ -1,0 +1,141 @@
+package itest
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+)
+
+// TestDrainOnSIGTERM: a proxy told to stop while a client holds a lock and
+// another is queued for it turns not ready, refuses new connections and new
+// acquires, lets the holder release, hands the lock to the queued client,
+// and leaves (exit 0) only once that client has released too.
+func TestDrainOnSIGTERM(t *testing.T) {
+	p := testproc.Proxy(t, "-metrics", "127.0.0.1:0", "-acquire-wait", "30s")
+	m := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(p.Output())
+	if m == nil {
+		t.Fatalf("no metrics address:\n%s", p.Output())
+	}
+	ctx := ctxT(t, time.Minute)
+	holder := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: time.Minute})
+	waiter := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: time.Minute})
+	t.Cleanup(func() { holder.Close(); waiter.Close() })
+	if ok, err := holder.SetNX(ctx, "k", "h", time.Minute).Result(); !ok || err != nil {
+		t.Fatalf("holder: %v %v", ok, err)
+	}
+	if err := waiter.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() {
+		ok, err := waiter.SetNX(ctx, "k", "w", time.Minute).Result()
+		if err == nil && !ok {
+			err = redis.Nil
+		}
+		queued <- err
+	}()
+	waitInfo(t, holder, "blocked_clients:1")
+
+	p.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + m[1] + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz stayed ready after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A new connection is turned away with an error clients retry.
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if !strings.HasPrefix(line, "-TRYAGAIN") || !strings.Contains(line, "shutting down") {
+		t.Fatalf("new connection while draining got %q", line)
+	}
+	// A connected client may not acquire anything new...
+	if err := holder.SetNX(ctx, "other", "h", time.Minute).Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		t.Fatalf("acquire while draining: %v; want TRYAGAIN", err)
+	}
+	// ...but releases, and the queued acquire is handed the lock.
+	if n, err := redis.NewScript(casDelete).Run(ctx, holder, []string{"k"}, "h").Int(); n != 1 || err != nil {
+		t.Fatalf("release while draining: %d %v", n, err)
+	}
+	if err := <-queued; err != nil {
+		t.Fatalf("the queued acquire while draining: %v; want OK", err)
+	}
+	if p.Exited() {
+		t.Fatal("the proxy left while a client still held a lock through it")
+	}
+	if n, err := redis.NewScript(casDelete).Run(ctx, waiter, []string{"k"}, "w").Int(); n != 1 || err != nil {
+		t.Fatalf("second release while draining: %d %v", n, err)
+	}
+	waitExit(t, p, 30*time.Second)
+	if !strings.Contains(p.Output(), "drained") {
+		t.Fatalf("no drained line in the log:\n%s", p.Output())
+	}
+}
+
+// TestDrainTimeout: a lock nobody releases holds the shutdown for at most
+// drain_timeout.
+func TestDrainTimeout(t *testing.T) {
+	p := testproc.Proxy(t, "-drain-timeout", "500ms")
+	c := client(t, p.Addr)
+	if ok, err := c.SetNX(ctxT(t, 10*time.Second), "k", "h", time.Hour).Result(); !ok || err != nil {
+		t.Fatalf("SetNX: %v %v", ok, err)
+	}
+	p.Signal(syscall.SIGTERM)
+	waitExit(t, p, 30*time.Second)
+	if !strings.Contains(p.Output(), "drain timeout") {
+		t.Fatalf("no drain timeout line in the log:\n%s", p.Output())
+	}
+}
+
+func waitExit(t *testing.T, p *testproc.Proc, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !p.Exited() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy did not exit within %v:\n%s", d, p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitInfo polls INFO until it contains want.
+func waitInfo(t *testing.T, c *redis.Client, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Info(ctxT(t, 10*time.Second)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("INFO never showed %q:\n%s", want, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
