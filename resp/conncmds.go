@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -147,7 +148,9 @@ func (s *Server) cmdClient(st *connState, args [][]byte) {
 			st.w.err("ERR Client names cannot contain spaces, newlines or special characters.")
 			return
 		}
+		st.infoMu.Lock()
 		st.name = string(args[2])
+		st.infoMu.Unlock()
 		st.w.status("OK")
 	case "getname":
 		if st.name == "" {
@@ -164,9 +167,13 @@ func (s *Server) cmdClient(st *connState, args [][]byte) {
 		}
 		switch strings.ToLower(string(args[2])) {
 		case "lib-name":
+			st.infoMu.Lock()
 			st.libName = string(args[3])
+			st.infoMu.Unlock()
 		case "lib-ver":
+			st.infoMu.Lock()
 			st.libVer = string(args[3])
+			st.infoMu.Unlock()
 		default:
 			st.w.err(fmt.Sprintf("ERR Unrecognized option '%s'", oneLine(string(args[2]))))
 			return
@@ -177,7 +184,11 @@ func (s *Server) cmdClient(st *connState, args [][]byte) {
 		// maintenance events to push; clients enable these on connect.
 		st.w.status("OK")
 	case "info":
-		st.w.verbatim(fmt.Sprintf("id=%d addr=? name=%s db=0 resp=%d lib-name=%s lib-ver=%s\n", st.id, st.name, map[bool]int{false: 2, true: 3}[st.resp3], st.libName, st.libVer))
+		st.w.verbatim(st.clientLine(time.Now()) + "\n")
+	case "list":
+		s.clientList(st, args[2:])
+	case "kill":
+		s.clientKill(st, args[2:])
 	default:
 		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try CLIENT HELP.", oneLine(sub)))
 	}
@@ -293,4 +304,189 @@ func (s *Server) writeCommandInfo(st *connState, name string, c *command) {
 	st.w.int(int64(c.first))
 	st.w.int(int64(c.last))
 	st.w.int(int64(c.step))
+}
+
+// clientLine is the connection's line in CLIENT LIST and CLIENT INFO, with
+// Redis 7.2's fields in Redis's order. What a lock proxy does not have
+// (subscriptions, MULTI, per-client buffers it does not track) is 0 or -1.
+// flags is N, or b while a command waits in a lock's queue (as Redis marks
+// a client blocked in BLPOP).
+func (st *connState) clientLine(now time.Time) string {
+	st.infoMu.Lock()
+	name, libName, libVer := st.name, st.libName, st.libVer
+	st.infoMu.Unlock()
+	flags := "N"
+	if st.waiting.Load() > 0 {
+		flags = "b"
+	}
+	cmd := "NULL"
+	if c := st.last.Load(); c != nil {
+		cmd = c.name
+	}
+	resp := 2
+	if st.resp3 {
+		resp = 3
+	}
+	age := int64(now.Sub(st.opened) / time.Second)
+	idle := (now.UnixNano() - st.active.Load()) / int64(time.Second)
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 "+
+		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default "+
+		"redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		st.id, st.addr, st.laddr, name, max(age, 0), max(idle, 0), flags, cmd, resp, libName, libVer)
+}
+
+// listClients is every connected client, in id order.
+func (s *Server) listClients() []*connState {
+	var out []*connState
+	s.conns.Range(func(_, v any) bool {
+		out = append(out, v.(*connState))
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// clientList is CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id ...].
+func (s *Server) clientList(st *connState, args [][]byte) {
+	var ids map[int64]bool
+	typ := ""
+	for i := 0; i < len(args); i++ {
+		switch strings.ToLower(string(args[i])) {
+		case "type":
+			if i+1 >= len(args) {
+				st.w.err("ERR syntax error")
+				return
+			}
+			i++
+			typ = strings.ToLower(string(args[i]))
+			switch typ {
+			case "normal", "master", "replica", "slave", "pubsub":
+			default:
+				st.w.err(fmt.Sprintf("ERR Unknown client type '%s'", oneLine(string(args[i]))))
+				return
+			}
+		case "id":
+			if i+1 >= len(args) {
+				st.w.err("ERR syntax error")
+				return
+			}
+			ids = map[int64]bool{}
+			for i++; i < len(args); i++ {
+				id, err := strconv.ParseInt(string(args[i]), 10, 64)
+				if err != nil || id <= 0 {
+					st.w.err("ERR Invalid client ID")
+					return
+				}
+				ids[id] = true
+			}
+		default:
+			st.w.err("ERR syntax error")
+			return
+		}
+	}
+	var b strings.Builder
+	if typ == "" || typ == "normal" {
+		now := time.Now()
+		for _, c := range s.listClients() {
+			if ids != nil && !ids[c.id] {
+				continue
+			}
+			b.WriteString(c.clientLine(now))
+			b.WriteByte('\n')
+		}
+	}
+	st.w.verbatim(b.String())
+}
+
+// clientKill is CLIENT KILL addr:port (the old form: +OK or an error), or
+// CLIENT KILL with filters ID, ADDR, LADDR, TYPE, USER, SKIPME and MAXAGE
+// (the number killed). Killing closes the connection: a command of it
+// queued in a lock gives up, as on a hang-up.
+func (s *Server) clientKill(st *connState, args [][]byte) {
+	if len(args) == 1 {
+		addr := string(args[0])
+		for _, c := range s.listClients() {
+			if c.addr == addr {
+				c.kill()
+				st.w.status("OK")
+				return
+			}
+		}
+		st.w.err("ERR No such client")
+		return
+	}
+	if len(args) == 0 || len(args)%2 != 0 {
+		st.w.err("ERR syntax error")
+		return
+	}
+	var (
+		id          int64
+		addr, laddr string
+		skipMe            = true
+		maxAge      int64 = -1
+		none        bool  // a filter no client of ours can match
+	)
+	for i := 0; i < len(args); i += 2 {
+		v := string(args[i+1])
+		switch strings.ToLower(string(args[i])) {
+		case "id":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				st.w.err("ERR client-id should be greater than 0")
+				return
+			}
+			id = n
+		case "addr":
+			addr = v
+		case "laddr":
+			laddr = v
+		case "type":
+			switch strings.ToLower(v) {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				none = true
+			default:
+				st.w.err(fmt.Sprintf("ERR Unknown client type '%s'", oneLine(v)))
+				return
+			}
+		case "user":
+			none = none || v != "default"
+		case "skipme":
+			switch strings.ToLower(v) {
+			case "yes":
+				skipMe = true
+			case "no":
+				skipMe = false
+			default:
+				st.w.err("ERR syntax error")
+				return
+			}
+		case "maxage":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				st.w.err("ERR syntax error")
+				return
+			}
+			maxAge = n
+		default:
+			st.w.err("ERR syntax error")
+			return
+		}
+	}
+	killed := 0
+	now := time.Now()
+	for _, c := range s.listClients() {
+		switch {
+		case none,
+			id != 0 && c.id != id,
+			addr != "" && c.addr != addr,
+			laddr != "" && c.laddr != laddr,
+			skipMe && c == st,
+			maxAge >= 0 && int64(now.Sub(c.opened)/time.Second) < maxAge:
+			continue
+		}
+		c.kill()
+		killed++
+	}
+	st.w.int(int64(killed))
 }

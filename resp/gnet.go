@@ -80,6 +80,7 @@ func (f *gnetFrontend) listen(addr string) (net.Addr, error) {
 		// SO_REUSEPORT, which would let a second proxy share the port.)
 		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithTCPKeepAlive(max(f.s.cfg.KeepAlive, 0)),
 		gnet.WithLogger(glog),
 	}
 	go func() {
@@ -166,6 +167,22 @@ func (f *gnetFrontend) OnShutdown(gnet.Engine) {
 	})
 }
 
+// kill closes c from any goroutine (CLIENT KILL, the idle sweep).
+func (f *gnetFrontend) kill(c gnet.Conn) {
+	f.wakeMu.RLock()
+	defer f.wakeMu.RUnlock()
+	if !f.stopping {
+		_ = c.Close()
+	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return "?"
+	}
+	return a.String()
+}
+
 // wake has the loop run OnTraffic for c: a command of c's finished on its
 // goroutine. After a shutdown the connection is closed and nobody waits.
 func (f *gnetFrontend) wake(c gnet.Conn) {
@@ -185,6 +202,7 @@ func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return []byte(f.s.refusal()), gnet.Close
 	}
 	c.SetContext(lc)
+	f.s.register(lc.st, addrString(c.RemoteAddr()), addrString(c.LocalAddr()), func() { f.kill(c) })
 	return nil, gnet.None
 }
 

@@ -186,6 +186,7 @@ func (s *Server) openLoopConn(wake func(), bell *loopBell) (*loopConn, bool) {
 // release for its whole TTL.
 func (s *Server) closeLoopConn(lc *loopConn) {
 	lc.st.cancel()
+	s.unregister(lc.st)
 	s.clients.Add(-1)
 }
 
@@ -193,6 +194,9 @@ func (s *Server) closeLoopConn(lc *loopConn) {
 // finished. It reports whether to close the connection.
 func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	st := lc.st
+	if st.killed.Load() {
+		return true
+	}
 	if lc.busy {
 		if !lc.finished.Load() || lc.unposted {
 			return s.whileBusy(lc, io)
@@ -344,6 +348,7 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			continue // a blank inline line
 		}
 		start := time.Now()
+		st.active.Store(start.UnixNano())
 		st.w.resp3 = st.resp3
 		c, name := s.prepare(st, args)
 		switch {

@@ -33,7 +33,7 @@ func (f *redconFrontend) listen(addr string) (net.Addr, error) {
 		return nil, err
 	}
 	go func() {
-		err := f.srv.Serve(&limitListener{Listener: ln, max: f.s.cfg.MaxCommandBytes})
+		err := f.srv.Serve(&limitListener{Listener: ln, max: f.s.cfg.MaxCommandBytes, keepAlive: f.s.cfg.KeepAlive})
 		f.s.stopped(err)
 		close(f.exited)
 	}()
@@ -58,6 +58,8 @@ func (f *redconFrontend) accept(c redcon.Conn) bool {
 	st := s.newConnState(ctx, cancel)
 	st.lim, _ = c.NetConn().(*limitConn)
 	c.SetContext(st)
+	nc := c.NetConn()
+	s.register(st, c.RemoteAddr(), addrString(nc.LocalAddr()), func() { _ = nc.Close() })
 	return true
 }
 
@@ -67,6 +69,7 @@ func (f *redconFrontend) closed(c redcon.Conn, err error) {
 		return // refused at accept: never counted
 	}
 	st.cancel()
+	f.s.unregister(st)
 	f.s.clients.Add(-1)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		f.s.log.Debug("connection closed", zap.String("remote", c.RemoteAddr()), zap.Error(err))
@@ -79,7 +82,12 @@ func (f *redconFrontend) serveRESP(c redcon.Conn, cmd redcon.Command) {
 	if st.lim != nil {
 		st.lim.consumed += int64(len(cmd.Raw))
 	}
+	if st.killed.Load() {
+		c.Close()
+		return
+	}
 	start := time.Now()
+	st.active.Store(start.UnixNano())
 	st.w.resp3 = st.resp3
 	st.w.reset()
 	name := s.exec(st, cmd.Args)
@@ -97,7 +105,8 @@ func (f *redconFrontend) serveRESP(c redcon.Conn, cmd redcon.Command) {
 // command, so the limit lives in the connection's reads.
 type limitListener struct {
 	net.Listener
-	max int
+	max       int
+	keepAlive time.Duration // <= 0: off
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -107,6 +116,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+		if l.keepAlive > 0 {
+			_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: l.keepAlive, Interval: l.keepAlive / 5, Count: 3})
+		} else {
+			_ = tc.SetKeepAlive(false)
+		}
 	}
 	return &limitConn{Conn: c, max: l.max, g: newGuard(maxArgs, int64(l.max), l.max)}, nil
 }

@@ -64,6 +64,13 @@ type Config struct {
 	// maxclients); one more is told "-ERR max number of clients reached"
 	// and disconnected, as Redis does.
 	MaxClients int
+	// IdleTimeout closes a client idle for that long (Redis's timeout; 0,
+	// the default, never does). A client with a command waiting for a lock
+	// is not idle.
+	IdleTimeout time.Duration
+	// KeepAlive is the TCP keep-alive period of client connections
+	// (Redis's tcp-keepalive; default 300 s, negative disables).
+	KeepAlive time.Duration
 }
 
 func (c *Config) defaults() {
@@ -87,6 +94,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10000
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = 300 * time.Second
 	}
 }
 
@@ -151,9 +161,12 @@ type Server struct {
 	refused atomic.Int64 // connections turned away at MaxClients
 	// draining: new connections are turned away (Drain).
 	draining atomic.Bool
-	blocked  atomic.Int64 // commands queued in a lock right now
-	offload  atomic.Int64 // gnet: commands run on a goroutine so far
-	started  time.Time
+	// conns are the connected clients by id (CLIENT LIST, CLIENT KILL,
+	// the idle sweep).
+	conns   sync.Map
+	blocked atomic.Int64 // commands queued in a lock right now
+	offload atomic.Int64 // gnet: commands run on a goroutine so far
+	started time.Time
 
 	scriptsMu sync.RWMutex
 	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
@@ -162,6 +175,8 @@ type Server struct {
 	addr   net.Addr
 	done   chan error // receives the front end's end, once
 	closed bool
+	// stopSweep ends the idle sweep (IdleTimeout).
+	stopSweep chan struct{}
 
 	hangups hangups // redcon only: see hangup.go
 }
@@ -198,6 +213,10 @@ func (s *Server) Listen(addr string) error {
 		return err
 	}
 	s.addr = a
+	if s.cfg.IdleTimeout > 0 {
+		s.stopSweep = make(chan struct{})
+		go s.sweepIdle(s.stopSweep)
+	}
 	return nil
 }
 
@@ -229,6 +248,9 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.stopSweep != nil {
+		close(s.stopSweep)
+	}
 	if s.addr == nil || s.fe == nil {
 		return nil
 	}
@@ -276,7 +298,39 @@ type connState struct {
 	// queueHook is st.queue, made once: a method value made per command
 	// would allocate.
 	queueHook func(context.Context) (context.Context, func())
+
+	// What CLIENT LIST shows to other connections. addr, laddr and opened
+	// are set before the connection is registered; infoMu guards name and
+	// the lib fields, which other connections read.
+	addr, laddr string
+	opened      time.Time
+	active      atomic.Int64 // Unix ns of the last command's start
+	last        atomic.Pointer[command]
+	waiting     atomic.Int32 // commands of this connection queued in a lock
+	infoMu      sync.Mutex
+	// close closes the connection from any goroutine; killed, set first,
+	// has the connection serve nothing more meanwhile (kill).
+	close  func()
+	killed atomic.Bool
 }
+
+// kill closes the connection (CLIENT KILL, the idle sweep). The close is
+// asynchronous, so the flag stops it serving commands that arrive first,
+// as Redis does with a client it is closing.
+func (st *connState) kill() {
+	st.killed.Store(true)
+	st.close()
+}
+
+// register makes a new connection visible to CLIENT LIST and KILL.
+func (s *Server) register(st *connState, addr, laddr string, close func()) {
+	st.addr, st.laddr, st.close = addr, laddr, close
+	st.opened = time.Now()
+	st.active.Store(st.opened.UnixNano())
+	s.conns.Store(st.id, st)
+}
+
+func (s *Server) unregister(st *connState) { s.conns.Delete(st.id) }
 
 func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
 	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, base: ctx, cancel: cancel}
@@ -292,11 +346,19 @@ func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *c
 func (st *connState) queue(ctx context.Context) (context.Context, func()) {
 	s := st.srv
 	s.blocked.Add(1)
+	st.waiting.Add(1)
+	// A wait's end counts as activity (as Redis's unblocking does), so the
+	// idle timeout starts over from there.
+	done := func() {
+		st.active.Store(time.Now().UnixNano())
+		st.waiting.Add(-1)
+		s.blocked.Add(-1)
+	}
 	if st.lim == nil {
-		return ctx, func() { s.blocked.Add(-1) }
+		return ctx, done
 	}
 	qctx, stop := s.hangups.watch(ctx, st.lim.Conn)
-	return qctx, func() { stop(); s.blocked.Add(-1) }
+	return qctx, func() { stop(); done() }
 }
 
 // exec runs one command and writes its reply to st.w. It returns the
@@ -342,6 +404,7 @@ func (s *Server) prepare(st *connState, args [][]byte) (*command, string) {
 		st.w.err(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return nil, name
 	}
+	st.last.Store(c)
 	return c, name
 }
 
@@ -390,4 +453,28 @@ func (s *Server) checkPassword(user, pass string) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.Password)) == 1
+}
+
+// sweepIdle closes clients idle for longer than IdleTimeout, as Redis's
+// timeout does, until the server closes. A client whose command waits in a
+// lock's queue is not idle.
+func (s *Server) sweepIdle(stop <-chan struct{}) {
+	d := s.cfg.IdleTimeout
+	tick := time.NewTicker(min(d/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			s.conns.Range(func(_, v any) bool {
+				st := v.(*connState)
+				if st.waiting.Load() == 0 && now.UnixNano()-st.active.Load() > int64(d) {
+					s.log.Debug("closing idle client", zap.Int64("id", st.id), zap.String("addr", st.addr))
+					st.kill()
+				}
+				return true
+			})
+		}
+	}
 }

@@ -32,6 +32,11 @@ type config struct {
 	Requirepass string `yaml:"requirepass"`
 	// MaxClients caps connected clients, as Redis's maxclients.
 	MaxClients int `yaml:"maxclients"`
+	// IdleTimeout closes clients idle that long (Redis's timeout; 0: never).
+	IdleTimeout time.Duration `yaml:"timeout"`
+	// TCPKeepAlive is the keep-alive period of client connections (Redis's
+	// tcp-keepalive; 0 disables).
+	TCPKeepAlive time.Duration `yaml:"tcp_keepalive"`
 	// DrainTimeout bounds the shutdown's wait for the locks clients still
 	// hold through this proxy (docs/architecture.md, "Shutdown").
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
@@ -79,6 +84,7 @@ func defaultConfig() config {
 		Threshold:     16,
 		MaxClients:    10000,
 		DrainTimeout:  30 * time.Second,
+		TCPKeepAlive:  300 * time.Second,
 		Frontend:      "gnet",
 		EventLoops:    1,
 		MetricsListen: "127.0.0.1:9380",
@@ -142,6 +148,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
 	fs.StringVar(&f.Requirepass, "requirepass", "", "password clients must AUTH with")
 	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
+	fs.DurationVar(&f.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
+	fs.DurationVar(&f.TCPKeepAlive, "tcp-keepalive", cfg.TCPKeepAlive, "TCP keep-alive period of client connections (0: off)")
 	fs.DurationVar(&f.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to wait for held locks to be released or expire (0: leave at once)")
 	fs.StringVar(&wait, "acquire-wait", "", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`)
 	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
@@ -179,6 +187,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
 	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
 	over("drain-timeout", func() { cfg.DrainTimeout = f.DrainTimeout })
+	over("timeout", func() { cfg.IdleTimeout = f.IdleTimeout })
+	over("tcp-keepalive", func() { cfg.TCPKeepAlive = f.TCPKeepAlive })
 	over("acquire-wait", func() { cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}} })
 	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
@@ -196,6 +206,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.MaxClients < 1 {
 		return config{}, errors.New("maxclients must be at least 1")
+	}
+	if cfg.IdleTimeout < 0 || cfg.TCPKeepAlive < 0 {
+		return config{}, errors.New("timeout and tcp_keepalive must not be negative")
 	}
 	if cfg.DrainTimeout < 0 {
 		return config{}, errors.New("drain_timeout must not be negative")

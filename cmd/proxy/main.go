@@ -105,7 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		go mb.supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.name).Inc(); m.watchDomain(lm, mb.index) })
 	}
 	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand,
-		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops, MaxClients: cfg.MaxClients})
+		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops, MaxClients: cfg.MaxClients,
+		IdleTimeout: cfg.IdleTimeout, KeepAlive: keepAlive(cfg.TCPKeepAlive)})
 	m.watch(srv, lm)
 
 	if err := srv.Listen(cfg.Listen); err != nil {
@@ -188,6 +189,15 @@ func drain(srv *resp.Server, lm *lockmap.Map, timeout time.Duration, log *zap.Lo
 			return
 		}
 	}
+}
+
+// keepAlive maps tcp_keepalive (0: off) to resp.Config.KeepAlive (0:
+// default, negative: off).
+func keepAlive(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // ready is the proxy's readiness (/readyz): serving, not shutting down, and
