@@ -502,6 +502,7 @@ func (m *Map) ReleaseAsync(d *Doorbell, key, token string) bool {
 			m.releaseGrantAsync(d, h.g)
 		}
 	}
+	m.ended(hs, false)
 	return len(hs) > 0
 }
 
@@ -513,6 +514,7 @@ func (m *Map) DeleteAsync(d *Doorbell, key string) int {
 			m.releaseGrantAsync(d, h.g)
 		}
 	}
+	m.ended(hs, false)
 	return len(hs)
 }
 

@@ -36,6 +36,9 @@ type Config struct {
 	OnAcquire func(m shiftlock.Mode, took time.Duration, queued, ok bool)
 	// OnExpire, if set, is told about every TTL expiry.
 	OnExpire func(key string)
+	// OnHoldEnd, if set, is told how long each hold lasted when it ends:
+	// released or deleted by a client, or expired by its TTL.
+	OnHoldEnd func(m shiftlock.Mode, held time.Duration, expired bool)
 }
 
 // Map is the lock table of one proxy. It is safe for concurrent use.
@@ -78,8 +81,9 @@ type hold struct {
 	fence    uint64
 	deadline time.Time // zero: no TTL
 	ttl      time.Duration
-	g        *grant // nil for a pure shadow
-	dead     bool   // released or expired; the expirer skips it
+	since    time.Time // when it was granted
+	g        *grant    // nil for a pure shadow
+	dead     bool      // released or expired; the expirer skips it
 	expAt    time.Time
 	expIdx   int // index in the expirer's heap, -1 if not there (guarded by the expirer)
 }
@@ -408,7 +412,7 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	// from here on, every key holding it owns one.
 	holds := make([]*hold, 0, len(fresh))
 	for _, w := range fresh {
-		h := &hold{key: w.key, token: token, mode: opt.Mode, deadline: end, ttl: opt.TTL, expIdx: -1}
+		h := &hold{key: w.key, token: token, mode: opt.Mode, deadline: end, ttl: opt.TTL, since: now, expIdx: -1}
 		if gr := grantOf(got, w.di, w.entry); gr != nil {
 			h.dom, h.fence, h.g = gr.dom, fenceOf(gr.g), gr
 		} else {
@@ -812,6 +816,7 @@ func (m *Map) releaseHolds(hs []*hold) {
 func (m *Map) Release(key, token string) bool {
 	hs := m.remove(key, func(h *hold) bool { return h.token == token })
 	m.releaseHolds(hs)
+	m.ended(hs, false)
 	return len(hs) > 0
 }
 
@@ -820,6 +825,7 @@ func (m *Map) Release(key, token string) bool {
 func (m *Map) Delete(key string) int {
 	hs := m.remove(key, func(*hold) bool { return true })
 	m.releaseHolds(hs)
+	m.ended(hs, false)
 	return len(hs)
 }
 
@@ -1006,8 +1012,20 @@ func (m *Map) expire(h *hold, at time.Time) {
 		return
 	}
 	m.releaseHolds(hs)
+	m.ended(hs, true)
 	if m.cfg.OnExpire != nil {
 		m.cfg.OnExpire(h.key)
+	}
+}
+
+// ended reports holds that just ended to OnHoldEnd.
+func (m *Map) ended(hs []*hold, expired bool) {
+	if m.cfg.OnHoldEnd == nil || len(hs) == 0 {
+		return
+	}
+	now := time.Now()
+	for _, h := range hs {
+		m.cfg.OnHoldEnd(h.mode, now.Sub(h.since), expired)
 	}
 }
 

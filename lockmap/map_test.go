@@ -2,6 +2,7 @@ package lockmap_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -445,5 +446,51 @@ func TestRedLockCollapsesOverProxies(t *testing.T) {
 				t.Fatalf("key still %v 10s after every release", in.State)
 			}
 		}
+	}
+}
+
+// TestHoldEndReported: OnHoldEnd hears of every hold's end with how long
+// it lasted and whether its TTL ended it; Drain refuses acquires after.
+func TestHoldEndReported(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second})
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type end struct {
+		held    time.Duration
+		expired bool
+	}
+	ends := make(chan end, 4)
+	m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{
+		OnHoldEnd: func(_ shiftlock.Mode, held time.Duration, expired bool) { ends <- end{held, expired} },
+	})
+	t.Cleanup(m.Close)
+	c := ctx(t)
+	if _, ok, err := m.Acquire(c, []string{"r"}, "t", excl(time.Minute, 0)); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !m.Release("r", "t") {
+		t.Fatal("release")
+	}
+	if e := <-ends; e.expired || e.held < 20*time.Millisecond || e.held > time.Minute {
+		t.Fatalf("released hold reported as %+v", e)
+	}
+	if _, ok, err := m.Acquire(c, []string{"x"}, "t", excl(30*time.Millisecond, 0)); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	select {
+	case e := <-ends:
+		if !e.expired || e.held < 30*time.Millisecond {
+			t.Fatalf("expired hold reported as %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an expiry was never reported")
+	}
+	m.Drain()
+	if _, ok, err := m.Acquire(c, []string{"y"}, "t", excl(time.Minute, 0)); ok || !errors.Is(err, lockmap.ErrDraining) {
+		t.Fatalf("acquire while draining: %v %v; want ErrDraining", ok, err)
 	}
 }

@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Logger:    log,
 		OnAcquire: m.onAcquire,
 		OnExpire:  func(string) { m.expired.Inc() },
+		OnHoldEnd: m.onHoldEnd,
 	})
 	defer lm.Close()
 	sctx, stopSupervisors := context.WithCancel(context.Background())

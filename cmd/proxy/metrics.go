@@ -17,6 +17,7 @@ import (
 type metrics struct {
 	reg      *prometheus.Registry
 	acquire  *prometheus.HistogramVec
+	hold     *prometheus.HistogramVec
 	commands *prometheus.CounterVec
 	expired  prometheus.Counter
 	rejoins  *prometheus.CounterVec
@@ -27,6 +28,7 @@ type metrics struct {
 	// The vectors' children, resolved once: a label lookup hashes its
 	// values under a lock, which every command would pay.
 	acquireBy [3][2][2]prometheus.Observer // [mode][ok][queued]
+	holdBy    [3][2]prometheus.Observer    // [mode][expired]
 	commandBy sync.Map                     // command name -> prometheus.Counter
 }
 
@@ -38,6 +40,11 @@ func newMetrics() *metrics {
 			Help:    "Time to acquire a lock, by mode, outcome (granted, busy, error) and whether it queued behind a holder.",
 			Buckets: prometheus.ExponentialBuckets(20e-6, 2, 20),
 		}, []string{"mode", "outcome", "queued"}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "proxy_hold_seconds",
+			Help:    "How long locks were held through this proxy, by mode and how the hold ended (released by its client, or expired by its TTL).",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 16),
+		}, []string{"mode", "end"}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_commands_total", Help: "RESP commands served, by command.",
 		}, []string{"command"}),
@@ -56,8 +63,11 @@ func newMetrics() *metrics {
 				m.acquireBy[mode][oi][qi] = m.acquire.WithLabelValues(mode.String(), outcome, q)
 			}
 		}
+		for ei, end := range []string{"released", "expired"} {
+			m.holdBy[mode][ei] = m.hold.WithLabelValues(mode.String(), end)
+		}
 	}
-	m.reg.MustRegister(m.acquire, m.commands, m.expired, m.rejoins, m.verbs,
+	m.reg.MustRegister(m.acquire, m.hold, m.commands, m.expired, m.rejoins, m.verbs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -87,6 +97,17 @@ func (m *metrics) onAcquire(mode shiftlock.Mode, took time.Duration, queued, ok 
 	o.Observe(took.Seconds())
 }
 
+func (m *metrics) onHoldEnd(mode shiftlock.Mode, held time.Duration, expired bool) {
+	mi, ei := int(mode), 0
+	if expired {
+		ei = 1
+	}
+	if mi < 0 || mi >= len(m.holdBy) || m.holdBy[mi][ei] == nil {
+		return
+	}
+	m.holdBy[mi][ei].Observe(held.Seconds())
+}
+
 func (m *metrics) onCommand(name string, _ time.Duration) {
 	if c, ok := m.commandBy.Load(name); ok {
 		c.(prometheus.Counter).Inc()
@@ -104,10 +125,15 @@ func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
 	}
 	gauge("proxy_connected_clients", "Connected RESP clients.", func() float64 { return float64(srv.Clients()) })
 	gauge("proxy_locks_held", "Keys held through this proxy.", func() float64 { return float64(lm.Count()) })
+	gauge("proxy_queued_commands", "Commands waiting in a lock's queue right now (INFO blocked_clients).", func() float64 { return float64(srv.Blocked()) })
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "proxy_rejected_connections_total", Help: "Connections refused because maxclients were connected.",
+	}, func() float64 { return float64(srv.Refused()) }))
 	for i, d := range lm.Domains() {
 		i := i
 		cur := func() *lockmap.Domain { return lm.Domains()[i] }
 		labels := prometheus.Labels{"memnode": d.Name}
+		m.rejoins.WithLabelValues(d.Name) // exported at 0 before the first rejoin
 		// Counters restart from zero when the proxy rejoins, as after a
 		// process restart; Prometheus' rate() handles such resets.
 		counter := func(name, help string, f func(*shiftlock.Stats) uint64) {
