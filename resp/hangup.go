@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -35,6 +36,10 @@ const hangupTick = 10 * time.Millisecond
 // watch returns a context that ends if c's client hangs up, until stop.
 func (h *hangups) watch(parent context.Context, c net.Conn) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(parent)
+	if tc, ok := c.(*tls.Conn); ok {
+		// A hang-up shows on the TCP socket under TLS all the same.
+		c = tc.NetConn()
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return ctx, cancel

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -32,12 +33,17 @@ func (f *redconFrontend) listen(addr string) (net.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.serve(ln)
+	return ln.Addr(), nil
+}
+
+// serve accepts on ln (plain TCP, or TLS over it) in the background.
+func (f *redconFrontend) serve(ln net.Listener) {
 	go func() {
 		err := f.srv.Serve(&limitListener{Listener: ln, max: f.s.cfg.MaxCommandBytes, keepAlive: f.s.cfg.KeepAlive})
 		f.s.stopped(err)
 		close(f.exited)
 	}()
-	return ln.Addr(), nil
 }
 
 // close stops accepting and waits until redcon has closed every connection.
@@ -114,7 +120,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
+	raw := c
+	if tc, ok := c.(*tls.Conn); ok {
+		raw = tc.NetConn()
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		if l.keepAlive > 0 {
 			_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: l.keepAlive, Interval: l.keepAlive / 5, Count: 3})

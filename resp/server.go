@@ -14,6 +14,7 @@ package resp
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -177,6 +178,9 @@ type Server struct {
 	closed bool
 	// stopSweep ends the idle sweep (IdleTimeout).
 	stopSweep chan struct{}
+	// tlsFE serves the TLS port (ListenTLS), tlsAddr is where.
+	tlsFE   *redconFrontend
+	tlsAddr net.Addr
 
 	hangups hangups // redcon only: see hangup.go
 }
@@ -229,6 +233,35 @@ func (s *Server) Addr() net.Addr {
 }
 
 // Done receives the error that ended serving (nil after Close), once.
+// ListenTLS also serves RESP over TLS on addr (Redis's tls-port), next to
+// the plain port of Listen, with the same commands, limits and lock
+// table. cfg carries the certificate, and for mutual TLS the client CAs
+// and ClientAuth. TLS connections are served by a goroutine each (the
+// redcon front end), whatever Frontend is: the event loop reads raw
+// sockets.
+func (s *Server) ListenTLS(addr string, cfg *tls.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.tlsFE != nil {
+		return fmt.Errorf("resp: ListenTLS called twice or after Close")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	f := newRedconFrontend(s)
+	f.serve(tls.NewListener(ln, cfg))
+	s.tlsFE, s.tlsAddr = f, ln.Addr()
+	return nil
+}
+
+// TLSAddr is the TLS port's address (nil without ListenTLS).
+func (s *Server) TLSAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tlsAddr
+}
+
 func (s *Server) Done() <-chan error { return s.done }
 
 // stopped is how a front end reports that it no longer serves.
@@ -250,6 +283,9 @@ func (s *Server) Close() error {
 	s.closed = true
 	if s.stopSweep != nil {
 		close(s.stopSweep)
+	}
+	if s.tlsFE != nil {
+		_ = s.tlsFE.close()
 	}
 	if s.addr == nil || s.fe == nil {
 		return nil

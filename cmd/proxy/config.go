@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -30,6 +33,14 @@ type config struct {
 	Name       string `yaml:"name"`
 
 	Requirepass string `yaml:"requirepass"`
+	// TLS serves RESP over TLS on TLSListen too (Redis's tls-port), with
+	// this certificate and key; with TLSCACertFile, clients must present a
+	// certificate signed by one of its CAs (mutual TLS, Redis's
+	// tls-auth-clients yes).
+	TLSListen     string `yaml:"tls_listen"`
+	TLSCertFile   string `yaml:"tls_cert_file"`
+	TLSKeyFile    string `yaml:"tls_key_file"`
+	TLSCACertFile string `yaml:"tls_ca_cert_file"`
 	// MaxClients caps connected clients, as Redis's maxclients.
 	MaxClients int `yaml:"maxclients"`
 	// IdleTimeout closes clients idle that long (Redis's timeout; 0: never).
@@ -147,6 +158,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
 	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
 	fs.StringVar(&f.Requirepass, "requirepass", "", "password clients must AUTH with")
+	fs.StringVar(&f.TLSListen, "tls-listen", "", "also serve RESP over TLS here (needs -tls-cert-file and -tls-key-file)")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the TLS port")
+	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
+	fs.StringVar(&f.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
 	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
 	fs.DurationVar(&f.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
 	fs.DurationVar(&f.TCPKeepAlive, "tcp-keepalive", cfg.TCPKeepAlive, "TCP keep-alive period of client connections (0: off)")
@@ -186,6 +201,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("name", func() { cfg.Name = f.Name })
 	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
 	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
+	over("tls-listen", func() { cfg.TLSListen = f.TLSListen })
+	over("tls-cert-file", func() { cfg.TLSCertFile = f.TLSCertFile })
+	over("tls-key-file", func() { cfg.TLSKeyFile = f.TLSKeyFile })
+	over("tls-ca-cert-file", func() { cfg.TLSCACertFile = f.TLSCACertFile })
 	over("drain-timeout", func() { cfg.DrainTimeout = f.DrainTimeout })
 	over("timeout", func() { cfg.IdleTimeout = f.IdleTimeout })
 	over("tcp-keepalive", func() { cfg.TCPKeepAlive = f.TCPKeepAlive })
@@ -207,6 +226,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if cfg.MaxClients < 1 {
 		return config{}, errors.New("maxclients must be at least 1")
 	}
+	if cfg.TLSListen != "" && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "") {
+		return config{}, errors.New("tls_listen needs tls_cert_file and tls_key_file")
+	}
 	if cfg.IdleTimeout < 0 || cfg.TCPKeepAlive < 0 {
 		return config{}, errors.New("timeout and tcp_keepalive must not be negative")
 	}
@@ -221,6 +243,30 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if _, err := cfg.waitPolicy(); err != nil {
 		return config{}, err
+	}
+	return cfg, nil
+}
+
+// tlsConfig is the TLS port's configuration, nil without tls_listen.
+func (c config) tlsConfig() (*tls.Config, error) {
+	if c.TLSListen == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls_cert_file/tls_key_file: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.TLSCACertFile != "" {
+		pem, err := os.ReadFile(c.TLSCACertFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca_cert_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca_cert_file %s: no PEM certificate in it", c.TLSCACertFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
 }

@@ -114,6 +114,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("listen", zap.Error(err))
 		return 1
 	}
+	tlsCfg, err := cfg.tlsConfig()
+	if err != nil {
+		_ = srv.Close()
+		log.Error("tls", zap.Error(err))
+		return 1
+	}
+	if tlsCfg != nil {
+		if err := srv.ListenTLS(cfg.TLSListen, tlsCfg); err != nil {
+			_ = srv.Close()
+			log.Error("tls listen", zap.Error(err))
+			return 1
+		}
+		fmt.Fprintf(stdout, "proxy tls listening on %s\n", srv.TLSAddr())
+	}
 	addr := srv.Addr()
 	if cfg.Requirepass == "" && !isLoopback(addr) {
 		log.Warn("serving without requirepass on a non-loopback address: anyone who can reach it can take and release locks",
