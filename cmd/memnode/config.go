@@ -34,6 +34,10 @@ type config struct {
 	// MaxLease caps the TTLs proxies may grant (and so the restart grace).
 	MaxLease time.Duration `yaml:"max_lease"`
 
+	// FabricSecretFile holds the secret every connection must prove it
+	// knows before any frame (tcpfab auth); the proxies need the same.
+	FabricSecretFile string `yaml:"fabric_secret_file"`
+
 	// CPUProfile (flag only) writes a CPU profile until shutdown.
 	CPUProfile string `yaml:"-"`
 }
@@ -72,6 +76,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts")
 	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
 	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
+	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -110,6 +115,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.RestartGrace = f.RestartGrace
 		case "max-lease":
 			cfg.MaxLease = f.MaxLease
+		case "fabric-secret-file":
+			cfg.FabricSecretFile = f.FabricSecretFile
 		}
 	})
 	return cfg, cfg.validate()

@@ -94,6 +94,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	srv := tcpfab.NewServer(host, log)
+	secret, err := procutil.ReadSecret(cfg.FabricSecretFile)
+	if err != nil {
+		_ = ln.Close()
+		log.Error("fabric secret", zap.Error(err))
+		return 1
+	}
+	if secret != nil {
+		srv.RequireSecret(secret)
+	} else if !isLoopbackAddr(ln.Addr()) {
+		log.Warn("serving the lock table without fabric_secret_file on a non-loopback address: anyone who can reach it can read and write locks",
+			zap.String("addr", ln.Addr().String()))
+	}
 
 	var metrics *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
@@ -125,4 +137,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_ = srv.Close()
 	metrics.Shutdown()
 	return code
+}
+
+func isLoopbackAddr(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

@@ -41,6 +41,9 @@ type config struct {
 	TLSCertFile   string `yaml:"tls_cert_file"`
 	TLSKeyFile    string `yaml:"tls_key_file"`
 	TLSCACertFile string `yaml:"tls_ca_cert_file"`
+	// FabricSecretFile holds the secret shared with the memory nodes and
+	// the other proxies (tcpfab auth): every fabric connection proves it.
+	FabricSecretFile string `yaml:"fabric_secret_file"`
 	// MaxClients caps connected clients, as Redis's maxclients.
 	MaxClients int `yaml:"maxclients"`
 	// IdleTimeout closes clients idle that long (Redis's timeout; 0: never).
@@ -162,6 +165,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the TLS port")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
 	fs.StringVar(&f.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
+	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies")
 	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
 	fs.DurationVar(&f.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
 	fs.DurationVar(&f.TCPKeepAlive, "tcp-keepalive", cfg.TCPKeepAlive, "TCP keep-alive period of client connections (0: off)")
@@ -201,6 +205,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("name", func() { cfg.Name = f.Name })
 	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
 	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
+	over("fabric-secret-file", func() { cfg.FabricSecretFile = f.FabricSecretFile })
 	over("tls-listen", func() { cfg.TLSListen = f.TLSListen })
 	over("tls-cert-file", func() { cfg.TLSCertFile = f.TLSCertFile })
 	over("tls-key-file", func() { cfg.TLSKeyFile = f.TLSKeyFile })

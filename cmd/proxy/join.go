@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
@@ -141,6 +142,10 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 			join: func(context.Context) (rdma.Endpoint, error) { return fab.Join(cfg.Name) }}
 		return []*member{mb}, host.Close, nil
 	}
+	secret, err := procutil.ReadSecret(cfg.FabricSecretFile)
+	if err != nil {
+		return nil, nil, err
+	}
 	var ms []*member
 	for i, addr := range cfg.Memnodes {
 		peer, err := nthPort(cfg.PeerListen, i)
@@ -150,7 +155,7 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 		addr := addr
 		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log,
 			join: func(ctx context.Context) (rdma.Endpoint, error) {
-				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab")})
+				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
 				if err != nil {
 					return nil, fmt.Errorf("memnode %s: %w", addr, err)
 				}

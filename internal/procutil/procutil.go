@@ -6,6 +6,7 @@ package procutil
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -164,4 +165,22 @@ func StartReady(cmd *exec.Cmd, ready *regexp.Regexp, timeout time.Duration) (str
 		_ = cmd.Wait()
 		return "", fmt.Errorf("%s did not print a line matching %q within %v", cmd.Path, ready, timeout)
 	}
+}
+
+// ReadSecret reads a shared secret (the fabric's, fabric_secret_file) from
+// path: its contents, without surrounding whitespace, at least 16 bytes.
+// An empty path is no secret.
+func ReadSecret(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fabric_secret_file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < 16 {
+		return nil, fmt.Errorf("fabric_secret_file %s: %d bytes; use at least 16 random ones (e.g. openssl rand -hex 32)", path, len(b))
+	}
+	return b, nil
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// deadline: 0 means DefaultTimeout, negative means none.
 	Timeout time.Duration
 	Logger  *zap.Logger
+	// Secret, if set, authenticates this node to the memory node and to
+	// other nodes, and them to it (auth.go); every node of a memory node's
+	// domain, and the memory node, must share it.
+	Secret []byte
 }
 
 // Endpoint is one node's attachment to a memory node over TCP. It implements
@@ -86,6 +90,13 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("%w: memory node %s: %v", rdma.ErrUnreachable, addr, err)
+	}
+	if len(cfg.Secret) > 0 {
+		if err := dialAuth(c, cfg.Secret); err != nil {
+			_ = c.Close()
+			_ = ln.Close()
+			return nil, fmt.Errorf("memory node %s: %w", addr, err)
+		}
 	}
 	e.mn = newRPCConn(c, "memory node "+addr, e.log)
 	e.mn.unsolicited = e.onProbe

@@ -72,6 +72,9 @@ func decodeHeader(p []byte) (header, error) {
 		return header{}, fmt.Errorf("%w: short header", errStream)
 	}
 	if p[4] != magic {
+		if string(p[:len(authPreamble)]) == authPreamble {
+			return header{}, fmt.Errorf("%w: the far end requires fabric authentication (set fabric_secret_file to its secret)", errStream)
+		}
 		return header{}, fmt.Errorf("%w: bad magic %#02x", errStream, p[4])
 	}
 	h := header{

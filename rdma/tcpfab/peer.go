@@ -136,6 +136,13 @@ func (ps *peerSide) conn(ctx context.Context, n rdma.NodeID) (*rpcConn, error) {
 		ps.forget(n, nil)
 		return nil, fmt.Errorf("%w: node %d at %s: %v", rdma.ErrUnreachable, n, addr, err)
 	}
+	if secret := ps.e.cfg.Secret; len(secret) > 0 {
+		if err := dialAuth(c, secret); err != nil {
+			_ = c.Close()
+			ps.forget(n, nil)
+			return nil, fmt.Errorf("%w: node %d at %s: %v", rdma.ErrUnreachable, n, addr, err)
+		}
+	}
 	rc := newRPCConn(c, fmt.Sprintf("node %d at %s", n, addr), ps.e.log)
 	ps.mu.Lock()
 	if ps.closed {
@@ -246,6 +253,12 @@ func (ps *peerSide) accept() {
 func (ps *peerSide) serveInbound(c net.Conn) {
 	defer c.Close()
 	log := ps.e.log
+	if secret := ps.e.cfg.Secret; len(secret) > 0 {
+		if err := acceptAuth(c, secret); err != nil {
+			log.Warn("tcpfab: closing unauthenticated peer connection", zap.String("remote", c.RemoteAddr().String()), zap.Error(err))
+			return
+		}
+	}
 	fr := newFrameReader(c)
 	s := newSender(c)
 	for {

@@ -31,6 +31,16 @@ type Server struct {
 	byNode map[rdma.NodeID]*sconn
 	closed bool
 	wg     sync.WaitGroup
+	secret []byte // RequireSecret
+}
+
+// RequireSecret has every connection accepted from now on authenticate
+// with secret (auth.go) before any frame of it is read. Call it before
+// Serve.
+func (s *Server) RequireSecret(secret []byte) {
+	s.mu.Lock()
+	s.secret = append([]byte(nil), secret...)
+	s.mu.Unlock()
 }
 
 var _ rdma.Prober = (*Server)(nil)
@@ -198,6 +208,15 @@ func (sc *sconn) serve() {
 		sc.srv.mu.Unlock()
 		sc.srv.wg.Done()
 	}()
+	sc.srv.mu.Lock()
+	secret := sc.srv.secret
+	sc.srv.mu.Unlock()
+	if len(secret) > 0 {
+		if err := acceptAuth(sc.c, secret); err != nil {
+			log.Warn("tcpfab: closing unauthenticated connection", zap.String("remote", sc.remote), zap.Error(err))
+			return
+		}
+	}
 	fr := newFrameReader(sc.c)
 	for {
 		h, body, err := fr.next()
