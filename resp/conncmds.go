@@ -24,7 +24,9 @@ func (s *Server) cmdQuit(st *connState, args [][]byte) { st.w.status("OK") }
 
 func (s *Server) cmdReset(st *connState, args [][]byte) {
 	st.resp3, st.name = false, ""
-	st.authed = s.cfg.Password == ""
+	st.infoMu.Lock()
+	st.authed, st.user = !s.needsAuth(), nil
+	st.infoMu.Unlock()
 	st.w.resp3 = false
 	st.w.status("RESET")
 }
@@ -51,15 +53,18 @@ func (s *Server) cmdAuth(st *connState, args [][]byte) {
 	if len(args) == 3 {
 		user, pass = string(args[1]), string(args[2])
 	}
-	if s.cfg.Password == "" {
+	if !s.needsAuth() {
 		st.w.err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return
 	}
-	if !s.checkPassword(user, pass) {
+	u, ok := s.authenticate(user, pass)
+	if !ok {
 		st.w.err("WRONGPASS invalid username-password pair or user is disabled.")
 		return
 	}
-	st.authed = true
+	st.infoMu.Lock()
+	st.authed, st.user = true, u
+	st.infoMu.Unlock()
 	st.w.status("OK")
 }
 
@@ -78,7 +83,7 @@ func (s *Server) cmdHello(st *connState, args [][]byte) {
 		}
 		proto = p
 	}
-	authed, name := st.authed, st.name
+	authed, name, u := st.authed, st.name, st.user
 	for i := 2; i < len(args); i++ {
 		switch strings.ToLower(string(args[i])) {
 		case "auth":
@@ -86,11 +91,12 @@ func (s *Server) cmdHello(st *connState, args [][]byte) {
 				st.w.err("ERR syntax error in HELLO option 'auth'")
 				return
 			}
-			if s.cfg.Password == "" || !s.checkPassword(string(args[i+1]), string(args[i+2])) {
+			nu, ok := s.authenticate(string(args[i+1]), string(args[i+2]))
+			if !ok {
 				st.w.err("WRONGPASS invalid username-password pair or user is disabled.")
 				return
 			}
-			authed = true
+			authed, u = true, nu
 			i += 2
 		case "setname":
 			if i+1 >= len(args) {
@@ -108,7 +114,9 @@ func (s *Server) cmdHello(st *connState, args [][]byte) {
 		st.w.err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
-	st.authed, st.name = true, name
+	st.infoMu.Lock()
+	st.authed, st.name, st.user = true, name, u
+	st.infoMu.Unlock()
 	if proto != 0 {
 		st.resp3 = proto == 3
 		st.w.resp3 = st.resp3
@@ -313,7 +321,10 @@ func (s *Server) writeCommandInfo(st *connState, name string, c *command) {
 // a client blocked in BLPOP).
 func (st *connState) clientLine(now time.Time) string {
 	st.infoMu.Lock()
-	name, libName, libVer := st.name, st.libName, st.libVer
+	name, libName, libVer, user := st.name, st.libName, st.libVer, "default"
+	if st.user != nil {
+		user = st.user.Name
+	}
 	st.infoMu.Unlock()
 	flags := "N"
 	if st.waiting.Load() > 0 {
@@ -330,9 +341,9 @@ func (st *connState) clientLine(now time.Time) string {
 	age := int64(now.Sub(st.opened) / time.Second)
 	idle := (now.UnixNano() - st.active.Load()) / int64(time.Second)
 	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 "+
-		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default "+
+		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s "+
 		"redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		st.id, st.addr, st.laddr, name, max(age, 0), max(idle, 0), flags, cmd, resp, libName, libVer)
+		st.id, st.addr, st.laddr, name, max(age, 0), max(idle, 0), flags, cmd, user, resp, libName, libVer)
 }
 
 // listClients is every connected client, in id order.
@@ -425,6 +436,7 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 		skipMe            = true
 		maxAge      int64 = -1
 		none        bool  // a filter no client of ours can match
+		user        string
 	)
 	for i := 0; i < len(args); i += 2 {
 		v := string(args[i+1])
@@ -450,7 +462,7 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 				return
 			}
 		case "user":
-			none = none || v != "default"
+			user = v
 		case "skipme":
 			switch strings.ToLower(v) {
 			case "yes":
@@ -482,6 +494,7 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 			addr != "" && c.addr != addr,
 			laddr != "" && c.laddr != laddr,
 			skipMe && c == st,
+			user != "" && c.userName() != user,
 			maxAge >= 0 && int64(now.Sub(c.opened)/time.Second) < maxAge:
 			continue
 		}
@@ -489,4 +502,14 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 		killed++
 	}
 	st.w.int(int64(killed))
+}
+
+// userName is the connection's user as CLIENT LIST shows it.
+func (st *connState) userName() string {
+	st.infoMu.Lock()
+	defer st.infoMu.Unlock()
+	if st.user == nil {
+		return "default"
+	}
+	return st.user.Name
 }

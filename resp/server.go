@@ -13,7 +13,6 @@ package resp
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -39,6 +38,9 @@ type Config struct {
 	Wait lockmap.WaitPolicy
 	// Password, if set, is required through AUTH or HELLO ... AUTH.
 	Password string
+	// Users may AUTH by name and touch only keys matching their patterns
+	// (acl.go). With users and no Password, the default user is off.
+	Users []User
 	// MaxCommandBytes bounds one command on the wire (default 1 MiB); a
 	// client that sends more is told so and disconnected. On the gnet front
 	// end it also bounds the input a connection may have buffered while one
@@ -334,6 +336,8 @@ type connState struct {
 	// queueHook is st.queue, made once: a method value made per command
 	// would allocate.
 	queueHook func(context.Context) (context.Context, func())
+	// user is who AUTH made the connection (nil: the default user).
+	user *User
 
 	// What CLIENT LIST shows to other connections. addr, laddr and opened
 	// are set before the connection is registered; infoMu guards name and
@@ -369,7 +373,7 @@ func (s *Server) register(st *connState, addr, laddr string, close func()) {
 func (s *Server) unregister(st *connState) { s.conns.Delete(st.id) }
 
 func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
-	st := &connState{id: s.nextID.Add(1), srv: s, authed: s.cfg.Password == "", ctx: ctx, base: ctx, cancel: cancel}
+	st := &connState{id: s.nextID.Add(1), srv: s, authed: !s.needsAuth(), ctx: ctx, base: ctx, cancel: cancel}
 	st.ops = scriptOps{s: s, st: st}
 	st.queueHook = st.queue
 	return st
@@ -440,6 +444,9 @@ func (s *Server) prepare(st *connState, args [][]byte) (*command, string) {
 		st.w.err(fmt.Sprintf("ERR wrong number of arguments for '%s' command", name))
 		return nil, name
 	}
+	if st.user != nil && !st.keysAllowed(c, args) {
+		return nil, name
+	}
 	st.last.Store(c)
 	return c, name
 }
@@ -482,13 +489,6 @@ func (s *Server) onCommand(name string, start time.Time) {
 	if s.cfg.OnCommand != nil {
 		s.cfg.OnCommand(name, time.Since(start))
 	}
-}
-
-func (s *Server) checkPassword(user, pass string) bool {
-	if user != "" && user != "default" {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.Password)) == 1
 }
 
 // sweepIdle closes clients idle for longer than IdleTimeout, as Redis's

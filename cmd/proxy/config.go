@@ -14,6 +14,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp"
 )
 
 // config is the proxy's configuration: built-in defaults, then the YAML file
@@ -33,6 +34,9 @@ type config struct {
 	Name       string `yaml:"name"`
 
 	Requirepass string `yaml:"requirepass"`
+	// Users AUTH by name and may touch only keys matching their patterns
+	// (Redis ACL users, in their simplest useful form; config file only).
+	Users []userConfig `yaml:"users"`
 	// TLS serves RESP over TLS on TLSListen too (Redis's tls-port), with
 	// this certificate and key; with TLSCACertFile, clients must present a
 	// certificate signed by one of its CAs (mutual TLS, Redis's
@@ -79,6 +83,34 @@ type config struct {
 	LogLevel      string `yaml:"log_level"`
 	// CPUProfile (flag only) writes a CPU profile until shutdown.
 	CPUProfile string `yaml:"-"`
+}
+
+// userConfig is one users entry.
+type userConfig struct {
+	Name     string   `yaml:"name"`
+	Password string   `yaml:"password"`
+	Keys     []string `yaml:"keys"`
+}
+
+// respUsers checks the users and converts them for resp.
+func (c config) respUsers() ([]resp.User, error) {
+	var out []resp.User
+	seen := map[string]bool{}
+	for _, u := range c.Users {
+		switch {
+		case u.Name == "" || u.Name == "default":
+			return nil, fmt.Errorf("users: a user needs a name other than \"default\" (requirepass is the default user's password)")
+		case seen[u.Name]:
+			return nil, fmt.Errorf("users: %q is listed twice", u.Name)
+		case u.Password == "":
+			return nil, fmt.Errorf("users: %q has no password", u.Name)
+		case len(u.Keys) == 0:
+			return nil, fmt.Errorf("users: %q has no key patterns (use \"*\" for every key)", u.Name)
+		}
+		seen[u.Name] = true
+		out = append(out, resp.User{Name: u.Name, Password: u.Password, Keys: u.Keys})
+	}
+	return out, nil
 }
 
 // waitRule is one acquire_wait entry: keys matching pattern wait "auto"
@@ -247,6 +279,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("entries must be positive")
 	}
 	if _, err := cfg.waitPolicy(); err != nil {
+		return config{}, err
+	}
+	if _, err := cfg.respUsers(); err != nil {
 		return config{}, err
 	}
 	return cfg, nil

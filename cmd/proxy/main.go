@@ -105,7 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, mb := range ms {
 		go mb.supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.name).Inc(); m.watchDomain(lm, mb.index) })
 	}
-	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Logger: log, OnCommand: m.onCommand,
+	users, _ := cfg.respUsers()
+	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Users: users, Logger: log, OnCommand: m.onCommand,
 		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops, MaxClients: cfg.MaxClients,
 		IdleTimeout: cfg.IdleTimeout, KeepAlive: keepAlive(cfg.TCPKeepAlive)})
 	m.watch(srv, lm)
@@ -129,7 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "proxy tls listening on %s\n", srv.TLSAddr())
 	}
 	addr := srv.Addr()
-	if cfg.Requirepass == "" && !isLoopback(addr) {
+	if cfg.Requirepass == "" && len(users) == 0 && !isLoopback(addr) {
 		log.Warn("serving without requirepass on a non-loopback address: anyone who can reach it can take and release locks",
 			zap.String("addr", addr.String()))
 	}
