@@ -166,3 +166,45 @@ func TestProbes(t *testing.T) {
 	resumed = true
 	waitFor("memory node resumed", 200)
 }
+
+// TestOutputLimit: a client that pipelines PINGs and never reads the
+// replies is disconnected once more than max_output_bytes of them wait in
+// the proxy, and the proxy says why; other clients are served meanwhile.
+func TestOutputLimit(t *testing.T) {
+	p := testproc.Proxy(t, "-max-output-bytes", "1048576", "-frontend", "gnet")
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096) // keep the kernel from absorbing the replies
+	}
+	batch := []byte(strings.Repeat("PING\r\n", 10000))
+	closed := false
+	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	for i := 0; i < 2000 && !closed; i++ { // up to 120 MB of PINGs, 140 MB of replies
+		if _, err := c.Write(batch); err != nil {
+			closed = true
+		}
+	}
+	if !closed {
+		// The proxy may have closed after our last write: the next read
+		// then ends early.
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("reading after the flood: %v", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.Output(), "over the output limit") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy never closed a client that does not read:\n%s", p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	other := dialRaw(t, p.Addr)
+	if got := other.do("PING"); got != "+PONG" {
+		t.Fatalf("another client after the flood: %q", got)
+	}
+}

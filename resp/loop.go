@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"go.uber.org/zap"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,8 @@ type loopIO interface {
 	// Discard drops n > 0 bytes from the front of the input.
 	Discard(n int) (int, error)
 	Write(p []byte) (int, error)
+	// OutboundBuffered is how many written bytes wait for the socket.
+	OutboundBuffered() int
 }
 
 // loopConn is one connection of the event loop.
@@ -244,6 +247,14 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	}
 	s.flush(lc, io)
 	lc.bell.after()
+	if n := io.OutboundBuffered(); n > s.cfg.MaxOutputBytes {
+		// A client that pipelines and does not read its replies: they
+		// would pile up in the proxy without bound. Redis's
+		// client-output-buffer-limit does the same for the clients it caps.
+		s.log.Warn("closing a client over the output limit: it does not read its replies",
+			zap.Int64("id", lc.st.id), zap.String("addr", lc.st.addr), zap.Int("pending_bytes", n), zap.Int("limit", s.cfg.MaxOutputBytes))
+		return true
+	}
 	switch act {
 	case actClose:
 		return true

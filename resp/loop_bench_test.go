@@ -15,6 +15,7 @@ type sinkConn struct {
 
 func (c *sinkConn) Peek(int) ([]byte, error)   { return c.in, nil }
 func (c *sinkConn) Discard(n int) (int, error) { c.in = c.in[n:]; return n, nil }
+func (c *sinkConn) OutboundBuffered() int      { return 0 }
 func (c *sinkConn) Write(p []byte) (int, error) {
 	c.last = append(c.last[:0], p...)
 	c.writes++

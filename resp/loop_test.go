@@ -44,6 +44,8 @@ func (f *fakeConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+func (f *fakeConn) OutboundBuffered() int { return 0 }
+
 func (f *fakeConn) out() string {
 	var b strings.Builder
 	for _, w := range f.writes {

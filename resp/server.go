@@ -71,6 +71,11 @@ type Config struct {
 	// the default, never does). A client with a command waiting for a lock
 	// is not idle.
 	IdleTimeout time.Duration
+	// MaxOutputBytes caps the replies a connection may have waiting for
+	// its socket (default 32 MiB): a client past it, which pipelines and
+	// does not read, is disconnected. On the redcon front end a client's
+	// goroutine blocks on the socket instead, so nothing piles up.
+	MaxOutputBytes int
 	// KeepAlive is the TCP keep-alive period of client connections
 	// (Redis's tcp-keepalive; default 300 s, negative disables).
 	KeepAlive time.Duration
@@ -97,6 +102,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10000
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = 32 << 20
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = 300 * time.Second

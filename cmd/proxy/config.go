@@ -48,6 +48,8 @@ type config struct {
 	// FabricSecretFile holds the secret shared with the memory nodes and
 	// the other proxies (tcpfab auth): every fabric connection proves it.
 	FabricSecretFile string `yaml:"fabric_secret_file"`
+	// MaxOutputBytes caps the replies waiting for one client's socket.
+	MaxOutputBytes int `yaml:"max_output_bytes"`
 	// MaxClients caps connected clients, as Redis's maxclients.
 	MaxClients int `yaml:"maxclients"`
 	// IdleTimeout closes clients idle that long (Redis's timeout; 0: never).
@@ -122,19 +124,20 @@ type waitRule struct {
 
 func defaultConfig() config {
 	return config{
-		Listen:        "127.0.0.1:6380",
-		Entries:       1 << 20,
-		PeerListen:    "127.0.0.1:0",
-		WaitFraction:  0.04,
-		WaitMax:       2 * time.Second,
-		Threshold:     16,
-		MaxClients:    10000,
-		DrainTimeout:  30 * time.Second,
-		TCPKeepAlive:  300 * time.Second,
-		Frontend:      "gnet",
-		EventLoops:    1,
-		MetricsListen: "127.0.0.1:9380",
-		LogLevel:      "info",
+		Listen:         "127.0.0.1:6380",
+		Entries:        1 << 20,
+		PeerListen:     "127.0.0.1:0",
+		WaitFraction:   0.04,
+		WaitMax:        2 * time.Second,
+		Threshold:      16,
+		MaxClients:     10000,
+		MaxOutputBytes: 32 << 20,
+		DrainTimeout:   30 * time.Second,
+		TCPKeepAlive:   300 * time.Second,
+		Frontend:       "gnet",
+		EventLoops:     1,
+		MetricsListen:  "127.0.0.1:9380",
+		LogLevel:       "info",
 	}
 }
 
@@ -198,6 +201,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
 	fs.StringVar(&f.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
 	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies")
+	fs.IntVar(&f.MaxOutputBytes, "max-output-bytes", cfg.MaxOutputBytes, "replies waiting for one client's socket at most; past it the client is disconnected")
 	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
 	fs.DurationVar(&f.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
 	fs.DurationVar(&f.TCPKeepAlive, "tcp-keepalive", cfg.TCPKeepAlive, "TCP keep-alive period of client connections (0: off)")
@@ -237,6 +241,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("name", func() { cfg.Name = f.Name })
 	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
 	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
+	over("max-output-bytes", func() { cfg.MaxOutputBytes = f.MaxOutputBytes })
 	over("fabric-secret-file", func() { cfg.FabricSecretFile = f.FabricSecretFile })
 	over("tls-listen", func() { cfg.TLSListen = f.TLSListen })
 	over("tls-cert-file", func() { cfg.TLSCertFile = f.TLSCertFile })
@@ -259,6 +264,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.EventLoops < 1 {
 		return config{}, errors.New("event_loops must be at least 1")
+	}
+	if cfg.MaxOutputBytes < 1 {
+		return config{}, errors.New("max_output_bytes must be at least 1")
 	}
 	if cfg.MaxClients < 1 {
 		return config{}, errors.New("maxclients must be at least 1")

@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	users, _ := cfg.respUsers()
 	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Users: users, Logger: log, OnCommand: m.onCommand,
-		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops, MaxClients: cfg.MaxClients,
+		Frontend: cfg.Frontend, EventLoops: cfg.EventLoops, MaxClients: cfg.MaxClients, MaxOutputBytes: cfg.MaxOutputBytes,
 		IdleTimeout: cfg.IdleTimeout, KeepAlive: keepAlive(cfg.TCPKeepAlive)})
 	m.watch(srv, lm)
 
