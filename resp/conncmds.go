@@ -233,10 +233,18 @@ func (s *Server) cmdInfo(st *connState, args [][]byte) {
 		"hostname:"+host,
 		"uptime_in_seconds:"+strconv.FormatInt(uptime, 10),
 	)
+	// Redis 7.2's fields, which redis_exporter reads; what the proxy does
+	// not track (client-side caching, buffer peaks) is 0.
 	section("Clients", "connected_clients:"+strconv.FormatInt(s.clients.Load(), 10),
+		"cluster_connections:0",
 		"maxclients:"+strconv.Itoa(s.cfg.MaxClients),
-		"blocked_clients:"+strconv.FormatInt(s.blocked.Load(), 10))
-	section("Stats", "rejected_connections:"+strconv.FormatInt(s.refused.Load(), 10))
+		"client_recent_max_input_buffer:0",
+		"client_recent_max_output_buffer:0",
+		"blocked_clients:"+strconv.FormatInt(s.blocked.Load(), 10),
+		"tracking_clients:0",
+		"clients_in_timeout_table:"+strconv.FormatInt(s.blocked.Load(), 10))
+	section("Stats", "total_connections_received:"+strconv.FormatInt(s.nextID.Load(), 10),
+		"rejected_connections:"+strconv.FormatInt(s.refused.Load(), 10))
 	section("Persistence", "loading:0")
 	section("Replication", "role:master", "connected_slaves:0")
 	locks := []string{"locks_held:" + strconv.Itoa(s.cfg.Map.Count()), "memnodes:" + strconv.Itoa(len(s.cfg.Map.Domains()))}
