@@ -37,10 +37,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	mnMetrics := fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))
 	mn := testproc.Memnode(t, "-entries", "4096", "-metrics", mnMetrics)
 	p := testproc.Proxy(t, "-memnode", mn.Addr, "-metrics", "127.0.0.1:0", "-acquire-wait", "5s")
-	m := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(p.Output())
-	if m == nil {
-		t.Fatalf("no metrics address:\n%s", p.Output())
-	}
+	maddr := metricsAddr(t, p)
 	// Some traffic, so that label-keyed series (commands) exist.
 	c := client(t, p.Addr)
 	ctx := ctxT(t, 30*time.Second)
@@ -53,7 +50,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 
 	have := map[string]bool{}
-	for _, addr := range []string{m[1], mnMetrics} {
+	for _, addr := range []string{maddr, mnMetrics} {
 		for name := range scrapeNames(t, "http://"+addr+"/metrics") {
 			have[name] = true
 		}

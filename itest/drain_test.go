@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"net"
 	"net/http"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,10 +20,7 @@ import (
 // and leaves (exit 0) only once that client has released too.
 func TestDrainOnSIGTERM(t *testing.T) {
 	p := testproc.Proxy(t, "-metrics", "127.0.0.1:0", "-acquire-wait", "30s")
-	m := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(p.Output())
-	if m == nil {
-		t.Fatalf("no metrics address:\n%s", p.Output())
-	}
+	maddr := metricsAddr(t, p)
 	ctx := ctxT(t, time.Minute)
 	holder := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: time.Minute})
 	waiter := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: time.Minute})
@@ -48,7 +44,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	p.Signal(syscall.SIGTERM)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + m[1] + "/readyz")
+		resp, err := http.Get("http://" + maddr + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}

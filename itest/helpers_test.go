@@ -2,6 +2,7 @@ package itest
 
 import (
 	"context"
+	"regexp"
 	"testing"
 	"time"
 
@@ -30,4 +31,17 @@ func cluster(t *testing.T, n int, proxyArgs ...string) (*testproc.Proc, []*testp
 		ps = append(ps, testproc.Proxy(t, append([]string{"-memnode", mn.Addr}, proxyArgs...)...))
 	}
 	return mn, ps
+}
+
+var metricsLine = regexp.MustCompile(`metrics on (\S+)`)
+
+// metricsAddr is where a proxy started with -metrics serves /metrics, from
+// the line it prints.
+func metricsAddr(t *testing.T, p *testproc.Proc) string {
+	t.Helper()
+	m := metricsLine.FindStringSubmatch(p.Output())
+	if m == nil {
+		t.Fatalf("the proxy did not print its metrics address:\n%s", p.Output())
+	}
+	return m[1]
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,14 +113,11 @@ func TestMaxClients(t *testing.T) {
 func TestProbes(t *testing.T) {
 	mn := testproc.Memnode(t, "-entries", "4096")
 	p := testproc.Proxy(t, "-memnode", mn.Addr, "-metrics", "127.0.0.1:0")
-	m := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(p.Output())
-	if m == nil {
-		t.Fatalf("the proxy did not print its metrics address:\n%s", p.Output())
-	}
+	maddr := metricsAddr(t, p)
 	get := func(path string) (int, string) {
 		t.Helper()
 		c := http.Client{Timeout: 5 * time.Second}
-		resp, err := c.Get("http://" + m[1] + path)
+		resp, err := c.Get("http://" + maddr + path)
 		if err != nil {
 			t.Fatal(err)
 		}

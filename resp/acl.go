@@ -3,6 +3,7 @@ package resp
 import (
 	"crypto/subtle"
 	"strconv"
+	"strings"
 )
 
 // User is a named client identity (Redis ACL users, in their simplest
@@ -76,12 +77,9 @@ func (st *connState) keysAllowed(c *command, args [][]byte) bool {
 		}
 		return true
 	case "client":
-		if len(args) > 1 {
-			switch string(lower(args[1])) {
-			case "list", "kill":
-				st.w.err("NOPERM User " + u.Name + " has no permissions to run the 'client|" + string(lower(args[1])) + "' command")
-				return false
-			}
+		if sub := strings.ToLower(string(args[1])); sub == "list" || sub == "kill" {
+			st.w.err("NOPERM User " + u.Name + " has no permissions to run the 'client|" + sub + "' command")
+			return false
 		}
 	}
 	if c.first <= 0 {
@@ -98,17 +96,6 @@ func (st *connState) keysAllowed(c *command, args [][]byte) bool {
 		}
 	}
 	return true
-}
-
-func lower(b []byte) []byte {
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		out[i] = c
-	}
-	return out
 }
 
 // globMatch is Redis's stringmatchlen for the forms key patterns use.
