@@ -48,21 +48,120 @@ var (
 	ErrRelease = errors.New("bank: lock lost before release")
 )
 
+// ExecOptions say how a transaction reads and writes.
+type ExecOptions struct {
+	Writes WriteMode
+	// Fence checks every read and write against the locks' fencing tokens
+	// (see FenceKey); the locker's Held must be Fenced.
+	Fence bool
+	// BalanceLockFree runs Balance without locks, as a read inside WATCH
+	// and UNWATCH, the way the ShiftLock paper's artifact does. Balance
+	// writes nothing, so the books do not depend on it.
+	BalanceLockFree bool
+	// Lookup first resolves the accounts' names to their ids with ZRANK
+	// inside WATCH (NamesKey), as the artifact does.
+	Lookup bool
+}
+
 // Exec runs t under two-phase locking: every lock, then the reads, the
 // writes, then every release. ctx bounds only the lock waits: once the locks
 // are held the transaction runs to its end, so a run that stops never leaves
 // a write half-known.
-func Exec(ctx context.Context, rdb *redis.Client, l Locker, t Txn, w WriteMode) (Outcome, error) {
+func Exec(ctx context.Context, rdb *redis.Client, l Locker, t Txn, opt ExecOptions) (Outcome, error) {
+	if opt.Lookup {
+		if err := lookup(ctx, rdb, t); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if opt.BalanceLockFree && t.Type == Balance {
+		return watchedRead(ctx, rdb, t)
+	}
 	held, err := l.Acquire(ctx, t.LockReqs())
 	if err != nil {
 		return Outcome{}, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	o, err := apply(ctx, rdb, t, w)
-	if rerr := held.Release(ctx); rerr != nil && err == nil {
-		err = fmt.Errorf("%w: %v", ErrRelease, rerr)
+	var o Outcome
+	if opt.Fence {
+		fh, ok := held.(Fenced)
+		if !ok {
+			err = fmt.Errorf("bank: the %s locker gives no fencing tokens", l.Name())
+		} else {
+			o, err = applyFenced(ctx, rdb, t, opt.Writes, fh)
+		}
+	} else {
+		o, err = apply(ctx, rdb, t, opt.Writes)
+	}
+	if rerr := held.Release(ctx); rerr != nil {
+		switch {
+		case err == nil:
+			err = fmt.Errorf("%w: %v", ErrRelease, rerr)
+		case errors.Is(err, ErrFenced):
+			// Fenced out because the lock ran out: both are true.
+			err = fmt.Errorf("%w; %w: %v", err, ErrRelease, rerr)
+		}
 	}
 	return o, err
+}
+
+// lookup is the artifact's account-id lookup: WATCH the name index, ZRANK
+// each account's name, UNWATCH.
+func lookup(ctx context.Context, rdb *redis.Client, t Txn) error {
+	ids := []uint64{t.A}
+	if t.Type.Accounts() == 2 {
+		ids = append(ids, t.B)
+	}
+	return rdb.Watch(ctx, func(tx *redis.Tx) error {
+		for _, id := range ids {
+			rank, err := tx.ZRank(ctx, NamesKey, AccountName(id)).Result()
+			if err != nil {
+				return fmt.Errorf("bank: looking up %s: %w", AccountName(id), err)
+			}
+			if uint64(rank) != id {
+				return fmt.Errorf("bank: %s has rank %d, want %d (is the bank loaded?)", AccountName(id), rank, id)
+			}
+		}
+		return nil
+	}, NamesKey)
+}
+
+// watchedRead is the artifact's lock-free Balance: WATCH both balances,
+// read them, UNWATCH. (The artifact's transaction helper returns before
+// any EXEC, so the WATCH checks nothing; it is kept for its cost.)
+func watchedRead(ctx context.Context, rdb *redis.Client, t Txn) (Outcome, error) {
+	keys := t.Keys()
+	var vals []int64
+	err := rdb.Watch(ctx, func(tx *redis.Tx) error {
+		raw, err := tx.MGet(ctx, keys...).Result()
+		if err != nil {
+			return fmt.Errorf("bank: read %v: %w", keys, err)
+		}
+		vals, err = parseBalances(keys, raw)
+		return err
+	}, keys...)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return t.Apply(vals), nil
+}
+
+// parseBalances reads MGET's answer for keys.
+func parseBalances(keys []string, raw []any) ([]int64, error) {
+	if len(raw) != len(keys) {
+		return nil, fmt.Errorf("bank: read %v: %d values", keys, len(raw))
+	}
+	vals := make([]int64, len(keys))
+	for i, r := range raw {
+		s, ok := r.(string)
+		if !ok {
+			return nil, fmt.Errorf("bank: %s is missing (is the bank loaded?)", keys[i])
+		}
+		var err error
+		if vals[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil, fmt.Errorf("bank: %s = %q: %w", keys[i], s, err)
+		}
+	}
+	return vals, nil
 }
 
 func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode) (Outcome, error) {
@@ -71,15 +170,9 @@ func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode) (Outcome,
 	if err != nil {
 		return Outcome{}, fmt.Errorf("bank: read %v: %w", keys, err)
 	}
-	vals := make([]int64, len(keys))
-	for i, r := range raw {
-		s, ok := r.(string)
-		if !ok {
-			return Outcome{}, fmt.Errorf("bank: %s is missing (is the bank loaded?)", keys[i])
-		}
-		if vals[i], err = strconv.ParseInt(s, 10, 64); err != nil {
-			return Outcome{}, fmt.Errorf("bank: %s = %q: %w", keys[i], s, err)
-		}
+	vals, err := parseBalances(keys, raw)
+	if err != nil {
+		return Outcome{}, err
 	}
 	o := t.Apply(vals)
 	var args []any

@@ -20,7 +20,7 @@ type LoadConfig struct {
 	Progress func(done, total uint64)
 }
 
-// Load writes every account's opening balances and then the account count,
+// Load writes every account's opening balances and names (NamesKey), then the account count,
 // so that a bank interrupted while loading is not taken for a loaded one.
 // It returns the bank's total money.
 func Load(ctx context.Context, rdb *redis.Client, cfg LoadConfig) (total int64, err error) {
@@ -33,7 +33,7 @@ func Load(ctx context.Context, rdb *redis.Client, cfg LoadConfig) (total int64, 
 	if cfg.Pipelines <= 0 {
 		cfg.Pipelines = 4
 	}
-	if err := rdb.Del(ctx, MetaKey).Err(); err != nil {
+	if err := rdb.Del(ctx, MetaKey, NamesKey).Err(); err != nil {
 		return 0, fmt.Errorf("bank: load: %w", err)
 	}
 	var sum, done atomic.Int64
@@ -47,7 +47,16 @@ func Load(ctx context.Context, rdb *redis.Client, cfg LoadConfig) (total int64, 
 			s += sv + ck
 			args = append(args, SavingsKey(id), strconv.FormatInt(sv, 10), CheckingKey(id), strconv.FormatInt(ck, 10))
 		}
-		if err := rdb.MSet(ctx, args...).Err(); err != nil {
+		names := make([]redis.Z, 0, hi-lo)
+		for id := lo; id < hi; id++ {
+			names = append(names, redis.Z{Score: float64(id), Member: AccountName(id)})
+		}
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.MSet(ctx, args...)
+			p.ZAdd(ctx, NamesKey, names...)
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("bank: load accounts %d-%d: %w", lo, hi-1, err)
 		}
 		sum.Add(s)

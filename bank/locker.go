@@ -65,11 +65,18 @@ func (t Txn) LockReqs() []LockReq {
 
 // LockerConfig names a locker and where its servers are.
 type LockerConfig struct {
-	Name       string   // redlock, proxy, native or none
-	LockRedis  []string // redlock: redis-servers
+	Name       string   // redlock, redlock-rs, proxy, native or none
+	LockRedis  []string // redlock, redlock-rs: redis-servers
 	Proxies    []string // proxy: shiftlock-proxies
 	Memnodes   []string // native: memory nodes, in the proxies' order
 	NativeWait time.Duration
+	// TTL is each lock's TTL for redlock-rs (0: its 10 ms) and for the
+	// fenced proxy locker (0: 8 s, redsync's default).
+	TTL time.Duration
+	// Fence asks for a locker with fencing tokens: for proxy, the
+	// LOCK.ACQUIRE locker (redsync cannot see tokens) on the first proxy,
+	// waiting up to NativeWait; native has them anyway.
+	Fence bool
 	// PoolSize is the connections per lock server (redlock, proxy).
 	PoolSize int
 }
@@ -77,7 +84,37 @@ type LockerConfig struct {
 // OpenLocker connects the locker cfg names and checks its servers answer.
 // It returns the number of lock servers behind it.
 func OpenLocker(ctx context.Context, cfg LockerConfig) (Locker, int, error) {
+	switch {
+	case cfg.Name == "proxy" && cfg.Fence:
+		if len(cfg.Proxies) != 1 {
+			return nil, 0, fmt.Errorf("bank: fenced proxy locker takes one proxy, got %d", len(cfg.Proxies))
+		}
+		ttl := cfg.TTL
+		if ttl == 0 {
+			ttl = 8 * time.Second
+		}
+		l, err := NewLockCmdLocker(cfg.Proxies[0], ttl, cfg.NativeWait, cfg.PoolSize)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := l.Ping(ctx); err != nil {
+			_ = l.Close()
+			return nil, 0, err
+		}
+		return l, 1, nil
+	case cfg.Fence && cfg.Name != "native":
+		return nil, 0, fmt.Errorf("bank: the %s locker has no fencing tokens (proxy and native have)", cfg.Name)
+	}
 	switch cfg.Name {
+	case "redlock-rs":
+		l, err := NewRedlockRSLocker(cfg.LockRedis, cfg.TTL)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := l.Ping(ctx); err != nil {
+			return nil, 0, err
+		}
+		return l, len(cfg.LockRedis), nil
 	case "redlock", "proxy":
 		addrs := cfg.LockRedis
 		if cfg.Name == "proxy" {
@@ -101,7 +138,7 @@ func OpenLocker(ctx context.Context, cfg LockerConfig) (Locker, int, error) {
 	case "none":
 		return NoLocker{}, 0, nil
 	}
-	return nil, 0, fmt.Errorf("bank: unknown locker %q (want redlock, proxy, native or none)", cfg.Name)
+	return nil, 0, fmt.Errorf("bank: unknown locker %q (want redlock, redlock-rs, proxy, native or none)", cfg.Name)
 }
 
 // releaseEach calls release(i) for every lock of a transaction at once:

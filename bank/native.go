@@ -89,11 +89,29 @@ func (l *NativeLocker) plan(reqs []LockReq) []nativeLock {
 	return out
 }
 
-type nativeHeld []*shiftlock.Guard
+// nativeHeld are a transaction's guards, in plan order, and the requests
+// they cover (for Fence).
+type nativeHeld struct {
+	l      *NativeLocker
+	reqs   []LockReq
+	plan   []nativeLock
+	guards []*shiftlock.Guard
+}
+
+// Fence is the token of the guard on key's entry.
+func (h *nativeHeld) Fence(key string) (uint64, bool) {
+	d, e := lockmap.Locate(key, h.l.entries)
+	for i, p := range h.plan[:len(h.guards)] {
+		if p.dom == d && p.entry == e {
+			return h.guards[i].Token(), true
+		}
+	}
+	return 0, false
+}
 
 func (l *NativeLocker) Acquire(ctx context.Context, reqs []LockReq) (Held, error) {
 	plan := l.plan(reqs)
-	held := make(nativeHeld, 0, len(plan))
+	held := &nativeHeld{l: l, reqs: reqs, plan: plan, guards: make([]*shiftlock.Guard, 0, len(plan))}
 	wctx, cancel := context.WithTimeout(ctx, l.wait)
 	defer cancel()
 	for _, p := range plan {
@@ -120,13 +138,13 @@ func (l *NativeLocker) Acquire(ctx context.Context, reqs []LockReq) (Held, error
 			}
 			return nil, err
 		}
-		held = append(held, g)
+		held.guards = append(held.guards, g)
 	}
 	return held, nil
 }
 
-func (h nativeHeld) Release(ctx context.Context) error {
-	return releaseEach(len(h), func(i int) error { return h[i].Release(ctx) })
+func (h *nativeHeld) Release(ctx context.Context) error {
+	return releaseEach(len(h.guards), func(i int) error { return h.guards[i].Release(ctx) })
 }
 
 // Close releases nothing (every transaction releases its own locks); it

@@ -58,11 +58,22 @@ type Result struct {
 	Writes   string        `json:"writes"`
 	Warmup   time.Duration `json:"warmup_ns"`
 	Duration time.Duration `json:"duration_ns"`
+	// Setup names a grid the run belongs to (e.g. "paper"); the report
+	// groups runs by it. TTL is the lock TTL, when the locker has one
+	// set on the command line.
+	Setup                          string        `json:"setup,omitempty"`
+	TTL                            time.Duration `json:"ttl_ns,omitempty"`
+	Fence, BalanceLockFree, Lookup bool          `json:",omitempty"`
 
 	// Goodput is committed transactions per second of the measured window.
 	Goodput float64 `json:"goodput"`
 	// Dropped transactions gave up after their last attempt.
-	Dropped int64              `json:"dropped"`
+	Dropped int64 `json:"dropped"`
+	// Expired counts releases that found a lock no longer held: its TTL
+	// ran out while the transaction worked. Fenced counts attempts the data
+	// store refused because a newer lock holder had touched an account.
+	Expired int64              `json:"expired"`
+	Fenced  int64              `json:"fenced"`
 	All     Stats              `json:"all"`
 	Types   map[string]*Stats  `json:"types"`
 	Audit   Audit              `json:"audit"`
@@ -125,7 +136,8 @@ func (r *Result) Hist() *hdrhistogram.Histogram {
 var CSVHeader = []string{"started", "label", "run", "series", "locker", "servers", "mix", "skew", "accounts", "clients", "writes",
 	"duration_s", "goodput", "committed", "declined", "aborts", "errors", "dropped", "p50_us", "p99_us", "p999_us",
 	"audit_ok", "mismatch_cents", "negative_savings",
-	"cpu_client_us_per_txn", "cpu_data_us_per_txn", "cpu_lock_us_per_txn", "cpu_processes_us_per_txn", "machine_busy_cores"}
+	"cpu_client_us_per_txn", "cpu_data_us_per_txn", "cpu_lock_us_per_txn", "cpu_processes_us_per_txn", "machine_busy_cores",
+	"setup", "ttl_ms", "expired", "fenced"}
 
 func (r *Result) CSVRow() []string {
 	i := func(x int64) string { return strconv.FormatInt(x, 10) }
@@ -135,7 +147,8 @@ func (r *Result) CSVRow() []string {
 		i(r.All.Committed), i(r.All.Declined), i(r.All.Aborts), i(r.All.Errors), i(r.Dropped),
 		i(r.All.P50), i(r.All.P99), i(r.All.P999),
 		strconv.FormatBool(r.Audit.OK), i(r.Audit.Mismatch), strconv.Itoa(r.Audit.After.NegativeSavings),
-		r.roleCPU(RoleClient), r.roleCPU(RoleData), r.roleCPU(RoleLock), r.processCPU(), r.busy()}
+		r.roleCPU(RoleClient), r.roleCPU(RoleData), r.roleCPU(RoleLock), r.processCPU(), r.busy(),
+		r.Setup, strconv.FormatFloat(float64(r.TTL)/float64(time.Millisecond), 'f', -1, 64), i(r.Expired), i(r.Fenced)}
 }
 
 // The CPU columns are empty when the run measured nothing, and a role's

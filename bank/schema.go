@@ -8,6 +8,14 @@ import (
 // MetaKey holds the number of accounts loaded.
 const MetaKey = "bank:accounts"
 
+// NamesKey is a sorted set of every account's name (AccountName) scored by
+// its id, so that ZRANK of a name is its id: the ShiftLock artifact's
+// account-id lookup (ExecOptions.Lookup).
+const NamesKey = "bank:names"
+
+// AccountName is account id's customer-facing name.
+func AccountName(id uint64) string { return "cust-" + strconv.FormatUint(id, 10) }
+
 // SavingsKey, CheckingKey and LockKey name account id's data and lock keys.
 func SavingsKey(id uint64) string  { return "savings:" + strconv.FormatUint(id, 10) }
 func CheckingKey(id uint64) string { return "checking:" + strconv.FormatUint(id, 10) }

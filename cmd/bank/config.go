@@ -20,6 +20,8 @@ type config struct {
 	Proxies    []string      `yaml:"proxies"`
 	Memnodes   []string      `yaml:"memnodes"`
 	NativeWait time.Duration `yaml:"native_wait"`
+	LockTTL    time.Duration `yaml:"lock_ttl"`
+	Fence      bool          `yaml:"fence"`
 
 	Mix      string        `yaml:"mix"`
 	Skew     string        `yaml:"skew"`
@@ -28,6 +30,9 @@ type config struct {
 	Warmup   time.Duration `yaml:"warmup"`
 	Writes   string        `yaml:"writes"`
 	Attempts int           `yaml:"attempts"`
+	// BalanceLockFree and Lookup are the ShiftLock artifact's ways.
+	BalanceLockFree bool `yaml:"balance_lock_free"`
+	Lookup          bool `yaml:"lookup"`
 }
 
 func defaultConfig() config {
@@ -72,11 +77,15 @@ func configFlags(fs *flag.FlagSet) func() (config, error) {
 	fs.StringVar(&f.Redis, "redis", d.Redis, "the bank's redis-server (data)")
 	fs.Uint64Var(&f.Accounts, "accounts", d.Accounts, "accounts (load: how many to create, 0 = 1,000,000; run: how many to use, 0 = all that were loaded)")
 	fs.Uint64Var(&f.Seed, "seed", d.Seed, "seed of the opening balances and of the transaction generators")
-	fs.StringVar(&f.Locker, "locker", d.Locker, "redlock, proxy, native or none")
+	fs.StringVar(&f.Locker, "locker", d.Locker, "redlock (redsync), redlock-rs (the ShiftLock paper's RedLock client), proxy, native or none")
 	fs.Var(&lockRedis, "lock-redis", "redis-server(s) for the redlock locker (repeat or comma-separate; default: "+strings.Join(d.LockRedis, ",")+")")
 	fs.Var(&proxies, "proxy", "shiftlock-proxy address(es) for the proxy locker (default: "+strings.Join(d.Proxies, ",")+")")
 	fs.Var(&memnodes, "memnode", "memory node address(es) for the native locker, in the proxies' order (default: "+strings.Join(d.Memnodes, ",")+")")
-	fs.DurationVar(&f.NativeWait, "native-wait", d.NativeWait, "native locker: longest wait for a transaction's locks before it aborts")
+	fs.DurationVar(&f.NativeWait, "native-wait", d.NativeWait, "native and fenced proxy lockers: longest wait for a lock before the transaction aborts")
+	fs.DurationVar(&f.LockTTL, "lock-ttl", d.LockTTL, "lock TTL for redlock-rs (0 = its 10ms) and the fenced proxy locker (0 = 8s)")
+	fs.BoolVar(&f.Fence, "fence", d.Fence, "check fencing tokens on every read and write (proxy: through LOCK.ACQUIRE; native)")
+	fs.BoolVar(&f.BalanceLockFree, "balance-lock-free", d.BalanceLockFree, "Balance takes no lock: a WATCH read, as in the ShiftLock artifact")
+	fs.BoolVar(&f.Lookup, "lookup", d.Lookup, "resolve account names with ZRANK inside WATCH first, as the ShiftLock artifact does")
 	fs.StringVar(&f.Mix, "mix", d.Mix, "smallbank (the classic mix) or mobile (90% Balance, 10% SendPayment)")
 	fs.StringVar(&f.Skew, "skew", d.Skew, "account distribution: uniform, zipf:θ, or hotspot:K:O (K% of the accounts get O% of the draws)")
 	fs.IntVar(&f.Clients, "clients", d.Clients, "concurrent clients, each running one transaction at a time")
@@ -105,6 +114,10 @@ func configFlags(fs *flag.FlagSet) func() (config, error) {
 		over("proxy", func() { cfg.Proxies = proxies })
 		over("memnode", func() { cfg.Memnodes = memnodes })
 		over("native-wait", func() { cfg.NativeWait = f.NativeWait })
+		over("lock-ttl", func() { cfg.LockTTL = f.LockTTL })
+		over("fence", func() { cfg.Fence = f.Fence })
+		over("balance-lock-free", func() { cfg.BalanceLockFree = f.BalanceLockFree })
+		over("lookup", func() { cfg.Lookup = f.Lookup })
 		over("mix", func() { cfg.Mix = f.Mix })
 		over("skew", func() { cfg.Skew = f.Skew })
 		over("clients", func() { cfg.Clients = f.Clients })

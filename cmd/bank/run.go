@@ -30,6 +30,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	csvPath := fs.String("csv", "", "append the result as a CSV row to this file")
 	label := fs.String("label", "", "free-form label stored with the result")
 	as := fs.String("as", "", "series name in the results instead of the locker's (e.g. proxy-embedded)")
+	setup := fs.String("setup", "", "name of the grid this run belongs to (bank report groups runs by it), e.g. paper")
 	runIdx := fs.Int("run", 0, "run number stored with the result (report pairs runs by it for same-run ratios)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	var cpu cpuFlag
@@ -68,7 +69,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	locker, servers, err := bank.OpenLocker(ctx, bank.LockerConfig{Name: cfg.Locker, LockRedis: cfg.LockRedis,
-		Proxies: cfg.Proxies, Memnodes: cfg.Memnodes, NativeWait: cfg.NativeWait, PoolSize: pool})
+		Proxies: cfg.Proxies, Memnodes: cfg.Memnodes, NativeWait: cfg.NativeWait, PoolSize: pool,
+		TTL: cfg.LockTTL, Fence: cfg.Fence})
 	if err != nil {
 		return err
 	}
@@ -76,7 +78,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	rc := bank.RunConfig{Data: rdb, Locker: locker, Servers: servers, Mix: mix, MixName: cfg.Mix, Dist: dist, Skew: cfg.Skew,
 		Accounts: accounts, Clients: cfg.Clients, Warmup: cfg.Warmup, Duration: cfg.Duration, Writes: writes,
-		Seed: cfg.Seed, Attempts: cfg.Attempts, CPU: cpu}
+		Seed: cfg.Seed, Attempts: cfg.Attempts, CPU: cpu,
+		Fence: cfg.Fence, BalanceLockFree: cfg.BalanceLockFree, Lookup: cfg.Lookup}
+	if cfg.Lookup {
+		if n, err := rdb.ZCard(ctx, bank.NamesKey).Uint64(); err != nil || n < accounts {
+			return fmt.Errorf("-lookup needs the account names (%s) that bank load writes: %d of %d there (%v)", bank.NamesKey, n, accounts, err)
+		}
+	}
 	name := cfg.Locker
 	if servers > 1 {
 		name = fmt.Sprintf("%s (%d servers)", cfg.Locker, servers)
@@ -92,7 +100,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	res.Label, res.Run, res.Name = *label, *runIdx, *as
+	res.Label, res.Run, res.Name, res.Setup, res.TTL = *label, *runIdx, *as, *setup, cfg.LockTTL
+	if res.TTL == 0 && cfg.Locker == "redlock-rs" {
+		res.TTL = bank.RedlockRSDefaultTTL
+	}
 	printResult(stdout, res)
 	if *out != "" {
 		if err := res.Save(*out); err != nil {
@@ -201,6 +212,10 @@ func printResult(w io.Writer, r *bank.Result) {
 		for _, p := range a.Problems {
 			fmt.Fprintf(w, "  - %s\n", p)
 		}
+	}
+	if r.Expired > 0 || r.Fenced > 0 || r.Fence {
+		fmt.Fprintf(w, "safety: %d releases found their lock gone (TTL %v ran out while held); %d attempts fenced out by the data store (fencing %s)\n",
+			r.Expired, r.TTL, r.Fenced, map[bool]string{true: "on", false: "off"}[r.Fence])
 	}
 	if len(r.CPU) > 0 {
 		fmt.Fprintf(w, "CPU per committed transaction (core-µs): %s; the machine kept %.2f cores busy\n", cpuSummary(r), r.MachineBusy)
