@@ -88,6 +88,8 @@ type Result struct {
 	// MachineBusy is how many cores the whole machine kept busy on
 	// average over the window, other users' processes included.
 	MachineBusy float64 `json:"machine_busy_cores,omitempty"`
+	// Cores is the machine's CPU count (for CPU-bound ceilings).
+	Cores int `json:"cores,omitempty"`
 }
 
 // Series is the locker with its number of lock servers where that varies

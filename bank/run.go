@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		return nil, errors.New("bank: run needs at least two accounts (SendPayment and Amalgamate take two)")
 	}
 	res := &Result{Started: time.Now(), Locker: cfg.Locker.Name(), Servers: cfg.Servers, Mix: cfg.MixName,
-		Fence: cfg.Fence, BalanceLockFree: cfg.BalanceLockFree, Lookup: cfg.Lookup,
+		Fence: cfg.Fence, BalanceLockFree: cfg.BalanceLockFree, Lookup: cfg.Lookup, Cores: runtime.NumCPU(),
 		Skew: cfg.Skew, SkewDesc: cfg.Dist.String(), Accounts: cfg.Accounts, Clients: cfg.Clients, Writes: cfg.Writes.String(),
 		Warmup: cfg.Warmup, Duration: cfg.Duration, Types: map[string]*Stats{}}
 	before, err := Scan(ctx, cfg.Data, cfg.Accounts)

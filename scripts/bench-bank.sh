@@ -17,8 +17,22 @@
 # the CPU of the bank process, the data redis-server and the series' lock
 # servers over its window (bank run -cpu).
 #
+# Then two smaller grids (bank run -setup):
+#   - paper: the ShiftLock paper's Fig. 11 as its artifact ran it: uniform
+#     keys, PAPER_CLIENTS (240) clients, Balance without locks (a WATCH
+#     read), RedLock through a redlock-rs-style client (a TCP connection per
+#     command, 10 ms TTL, retried forever) with its keys in the data
+#     redis-server. Series: redlock-rs, redlock-1 (redsync, keys in the data
+#     redis-server), proxy, native, none.
+#   - safety: the hotspot with a 10 ms lock TTL, where locks run out while
+#     held: redlock-rs, the proxy through LOCK.ACQUIRE with fencing tokens
+#     checked by the data redis-server (proxy-fenced), and native with the
+#     same checks (native-fenced). redlock-rs's audit is expected to fail.
+#
 # Knobs: RUNS (3), ACCOUNTS (1000000), DURATION (10s), WARMUP (3s),
-# CLIENTS (64), SKEWS, HOTSPOT, SERIES, MOBILE_SERIES, OUT (out/bench-bank),
+# CLIENTS (64), SKEWS, HOTSPOT, SERIES, MOBILE_SERIES, PAPER_CLIENTS (240),
+# PAPER_SERIES, PAPER_LOOKUP (0; 1 adds the artifact's ZRANK lookup),
+# SAFETY_SERIES, SAFETY_TTL (10ms), OUT (out/bench-bank),
 # DOC (docs/benchmarks.md), IMG (docs/img).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +46,11 @@ HOTSPOT=${HOTSPOT:-hotspot:0.01:90}
 SKEWS=${SKEWS:-uniform zipf:0.99 $HOTSPOT}
 SERIES=${SERIES:-redlock-1 redlock-3 proxy proxy-3 proxy-embedded native none}
 MOBILE_SERIES=${MOBILE_SERIES:-redlock-1 proxy proxy-embedded native}
+PAPER_CLIENTS=${PAPER_CLIENTS:-240}
+PAPER_SERIES=${PAPER_SERIES:-redlock-rs redlock-1 proxy native none}
+PAPER_LOOKUP=${PAPER_LOOKUP:-0}
+SAFETY_SERIES=${SAFETY_SERIES:-redlock-rs proxy-fenced native-fenced}
+SAFETY_TTL=${SAFETY_TTL:-10ms}
 OUT=${OUT:-out/bench-bank}
 DOC=${DOC:-docs/benchmarks.md}
 IMG=${IMG:-docs/img}
@@ -63,47 +82,60 @@ load_t0=$(date +%s)
 bin/bank load -redis "$DATA" -accounts "$ACCOUNTS" -quiet || exit 1
 load_s=$(($(date +%s) - load_t0))
 
-series_args() { # series -> bank run flags
+series_args() { # setup series -> bank run flags
 	case $1 in
-	redlock-1) echo "-locker redlock -lock-redis ${LOCKS[0]}" ;;
+	paper)
+		echo "-setup paper -clients $PAPER_CLIENTS -balance-lock-free"
+		[ "$PAPER_LOOKUP" = 1 ] && echo "-lookup"
+		[ "$2" = redlock-1 ] && echo "-lock-redis $DATA" # the artifact's RedLock keeps its keys with the data
+		;;
+	safety) echo "-setup safety -clients $CLIENTS -lock-ttl $SAFETY_TTL" ;;
+	*) echo "-clients $CLIENTS" ;;
+	esac
+	case $2 in
+	redlock-rs) echo "-locker redlock-rs -lock-redis $DATA" ;; # as the artifact: locks with the data
+	redlock-1) [ "$1" = paper ] && echo "-locker redlock" || echo "-locker redlock -lock-redis ${LOCKS[0]}" ;;
 	redlock-3) echo "-locker redlock -lock-redis ${LOCKS[0]},${LOCKS[1]},${LOCKS[2]}" ;;
 	proxy) echo "-locker proxy -proxy ${PROXIES[0]}" ;;
 	proxy-3) echo "-locker proxy -proxy ${PROXIES[0]},${PROXIES[1]},${PROXIES[2]}" ;;
 	proxy-embedded) echo "-locker proxy -proxy $EMBEDDED -as proxy-embedded" ;;
+	proxy-fenced) echo "-locker proxy -proxy ${PROXIES[0]} -fence" ;;
 	native) echo "-locker native -memnode $MEMNODE" ;;
+	native-fenced) echo "-locker native -memnode $MEMNODE -fence -as native-fenced" ;;
 	none) echo "-locker none" ;;
-	*) echo "unknown series $1" >&2; exit 1 ;;
+	*) echo "unknown series $2" >&2; exit 1 ;;
 	esac
 }
 
-series_cpu() { # series -> bank run -cpu flags: the data redis-server and the series' lock servers
+series_cpu() { # setup series -> bank run -cpu flags: the data redis-server and the series' lock servers
 	echo "-cpu data:redis=$DATA_PID"
-	case $1 in
-	redlock-1) echo "-cpu lock:redis=${LOCK_PIDS[0]}" ;;
+	case $2 in
+	redlock-rs) ;; # its locks live in the data redis-server
+	redlock-1) [ "$1" = paper ] || echo "-cpu lock:redis=${LOCK_PIDS[0]}" ;;
 	redlock-3) echo "-cpu lock:redis1=${LOCK_PIDS[0]} -cpu lock:redis2=${LOCK_PIDS[1]} -cpu lock:redis3=${LOCK_PIDS[2]}" ;;
-	proxy) echo "-cpu lock:proxy=${PROXY_PIDS[0]} -cpu lock:memnode=$MEMNODE_PID" ;;
+	proxy | proxy-fenced) echo "-cpu lock:proxy=${PROXY_PIDS[0]} -cpu lock:memnode=$MEMNODE_PID" ;;
 	proxy-3) echo "-cpu lock:proxy1=${PROXY_PIDS[0]} -cpu lock:proxy2=${PROXY_PIDS[1]} -cpu lock:proxy3=${PROXY_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
 	proxy-embedded) echo "-cpu lock:proxy=$EMBEDDED_PID" ;;
-	native) echo "-cpu lock:memnode=$MEMNODE_PID" ;;
+	native | native-fenced) echo "-cpu lock:memnode=$MEMNODE_PID" ;;
 	esac
 }
 
 failed=0
 n=0
-one() { # mix skew series run
-	local mix=$1 skew=$2 s=$3 r=$4 file
-	file=$OUT/$mix-${skew//:/-}-$s-$r.json
+one() { # setup mix skew series run
+	local setup=$1 mix=$2 skew=$3 s=$4 r=$5 file
+	file=$OUT/${setup:+$setup-}$mix-${skew//:/-}-$s-$r.json
 	n=$((n + 1))
 	# shellcheck disable=SC2046
-	if bin/bank run -redis "$DATA" -mix "$mix" -skew "$skew" -clients "$CLIENTS" -warmup "$WARMUP" -duration "$DURATION" \
-		-run "$r" -quiet -out "$file" -csv "$OUT/runs.csv" $(series_args "$s") $(series_cpu "$s") >"$LOGS/last.out" 2>&1; then
+	if bin/bank run -redis "$DATA" -mix "$mix" -skew "$skew" -warmup "$WARMUP" -duration "$DURATION" \
+		-run "$r" -quiet -out "$file" -csv "$OUT/runs.csv" $(series_args "$setup" "$s") $(series_cpu "$setup" "$s") >"$LOGS/last.out" 2>&1; then
 		:
-	elif [ "$s" != none ]; then
+	elif [ ! -s "$file" ] || { [ "$s" != none ] && [ "$s" != redlock-rs ]; }; then # their audits are meant to fail
 		failed=$((failed + 1))
 		echo "bench-bank: FAILED: $mix $skew $s run $r" >&2
 		cat "$LOGS/last.out" >&2
 	fi
-	sed -n 's/^goodput/  &/p' "$LOGS/last.out" | head -1 | sed "s|^|$(printf '%-9s %-16s %-14s run %d:' "$mix" "$skew" "$s" "$r")|"
+	sed -n 's/^goodput/  &/p' "$LOGS/last.out" | head -1 | sed "s|^|$(printf '%-6s %-9s %-16s %-14s run %d:' "$setup" "$mix" "$skew" "$s" "$r")|"
 }
 
 rotate() { # k items... -> items rotated left by k
@@ -116,11 +148,15 @@ rotate() { # k items... -> items rotated left by k
 
 read -r -a series <<<"$SERIES"
 read -r -a mseries <<<"$MOBILE_SERIES"
+read -r -a pseries <<<"$PAPER_SERIES"
+read -r -a sseries <<<"$SAFETY_SERIES"
 for r in $(seq "$RUNS"); do
 	for skew in $SKEWS; do
-		for s in $(rotate $((r - 1)) "${series[@]}"); do one smallbank "$skew" "$s" "$r"; done
+		for s in $(rotate $((r - 1)) "${series[@]}"); do one "" smallbank "$skew" "$s" "$r"; done
 	done
-	for s in $(rotate $((r - 1)) "${mseries[@]}"); do one mobile zipf:0.99 "$s" "$r"; done
+	for s in $(rotate $((r - 1)) "${mseries[@]}"); do one "" mobile zipf:0.99 "$s" "$r"; done
+	for s in $(rotate $((r - 1)) "${pseries[@]}"); do one paper smallbank uniform "$s" "$r"; done
+	for s in $(rotate $((r - 1)) "${sseries[@]}"); do one safety smallbank "$HOTSPOT" "$s" "$r"; done
 done
 
 elapsed=$(($(date +%s) - t0))
@@ -141,6 +177,17 @@ Transactions whose locks could not be had are retried (up to 4 attempts, latency
 that gave up. Hotspot: \`$HOTSPOT\` (0.01% of the accounts, i.e. 100, get 90% of the draws). Hot accounts are scattered
 over the account numbers (bank.Generator), so the ascending lock order takes a transaction's hot lock first or second
 with even odds.
+
+**The paper setup** (\`-setup paper\`) is the ShiftLock paper's Fig. 11 as its artifact (thustorage/shiftlock,
+\`src/bin/client_redis.rs\`) ran it: uniform keys, $PAPER_CLIENTS clients, Balance without locks (a read inside WATCH and UNWATCH),
+RedLock through a client that behaves as the Rust crate redlock 2.0 (redlock-rs) does: a new TCP connection for every SET NX
+PX and every unlock, a TTL of 10 ms, 3 tries with a random 0-200 ms sleep after each failed one, and the caller
+retrying forever; its lock keys are in the bank's data redis-server, as are redlock-1's in this setup (redsync v4, default
+8 s TTL). The ZRANK account lookup is $([ "$PAPER_LOOKUP" = 1 ] && echo on || echo off). **The safety setup**
+(\`-setup safety\`) runs the hotspot with a $SAFETY_TTL lock TTL, so that locks run out while their transactions work:
+redlock-rs, the proxy through \`LOCK.ACQUIRE\` (\`PX $SAFETY_TTL\`) with every read and write checked against its fencing
+tokens by the data redis-server (proxy-fenced), and the native client with the same checks (native-fenced; its locks
+have no TTL). redlock-rs's audit is expected to fail in both setups: its locks run out.
 
 CPU per committed transaction is user + system time over the measured window (\`/proc/PID/stat\` for the servers,
 \`getrusage\` for the bank process), divided by the transactions committed in it (\`bank run -cpu\`). The lock side sums

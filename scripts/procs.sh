@@ -13,10 +13,15 @@ stop_all() {
 }
 trap stop_all EXIT
 
+# free_port picks a port below the kernel's ephemeral range: a port in it
+# may be some outgoing connection's local port at any moment (redlock-rs
+# opens one per command), and bind would then fail.
 free_port() {
-	local p
+	local p lo=32768
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	[ "$lo" -gt 12000 ] || lo=32768
 	while :; do
-		p=$((20000 + RANDOM % 20000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
 	done
 }

@@ -17,10 +17,12 @@ import (
 
 // seriesOrder is the order series appear in, left to right; others follow
 // alphabetically.
-var seriesOrder = []string{"redlock-1", "redlock-3", "redlock-5", "proxy", "proxy-3", "proxy-embedded", "native", "none"}
+var seriesOrder = []string{"redlock-rs", "redlock-1", "redlock-3", "redlock-5", "proxy", "proxy-3", "proxy-embedded",
+	"proxy-fenced", "native", "native-fenced", "none"}
 
-// group is every run of one mix and skew.
+// group is every run of one setup, mix and skew.
 type group struct {
+	setup           string // "" for the main grid
 	mix, skew, desc string
 	series          []string // in seriesOrder
 	runs            map[string][]*bank.Result
@@ -69,16 +71,26 @@ func skewRank(s string) int {
 	return 2
 }
 
-// groupResults groups results by mix and skew, in a stable order: the
-// classic mix first, skews from least contended, series in seriesOrder.
+// title names g in headings.
+func (g *group) title() string {
+	t := fmt.Sprintf("%s mix, %s", g.mix, g.desc)
+	if g.setup != "" {
+		t = g.setup + " setup: " + t
+	}
+	return t
+}
+
+// groupResults groups results by setup, mix and skew, in a stable order:
+// named setups first, then the classic mix, skews from least contended,
+// series in seriesOrder.
 func groupResults(rs []*bank.Result) []*group {
-	byKey := map[[2]string]*group{}
+	byKey := map[[3]string]*group{}
 	var gs []*group
 	for _, r := range rs {
-		k := [2]string{r.Mix, r.Skew}
+		k := [3]string{r.Setup, r.Mix, r.Skew}
 		g := byKey[k]
 		if g == nil {
-			g = &group{mix: r.Mix, skew: r.Skew, desc: r.SkewDesc, runs: map[string][]*bank.Result{}}
+			g = &group{setup: r.Setup, mix: r.Mix, skew: r.Skew, desc: r.SkewDesc, runs: map[string][]*bank.Result{}}
 			byKey[k] = g
 			gs = append(gs, g)
 		}
@@ -95,7 +107,7 @@ func groupResults(rs []*bank.Result) []*group {
 		}
 	}
 	slices.SortFunc(gs, func(a, b *group) int {
-		return cmp.Or(cmp.Compare(mixRank(a.mix), mixRank(b.mix)), cmp.Compare(skewRank(a.skew), skewRank(b.skew)), cmp.Compare(a.skew, b.skew))
+		return cmp.Or(cmp.Compare(b.setup, a.setup), cmp.Compare(mixRank(a.mix), mixRank(b.mix)), cmp.Compare(skewRank(a.skew), skewRank(b.skew)), cmp.Compare(a.skew, b.skew))
 	})
 	return gs
 }

@@ -17,13 +17,16 @@ import (
 
 // One color per series, the same in every figure.
 var seriesColors = map[string]color.Color{
+	"redlock-rs":     color.RGBA{0x94, 0x67, 0xbd, 0xff},
 	"redlock-1":      color.RGBA{0x1f, 0x77, 0xb4, 0xff},
 	"redlock-3":      color.RGBA{0x9e, 0xc5, 0xe8, 0xff},
 	"redlock-5":      color.RGBA{0x17, 0xbe, 0xcf, 0xff},
 	"proxy":          color.RGBA{0xd6, 0x27, 0x28, 0xff},
 	"proxy-3":        color.RGBA{0xff, 0x7f, 0x0e, 0xff},
 	"proxy-embedded": color.RGBA{0xff, 0x98, 0x96, 0xff},
+	"proxy-fenced":   color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 	"native":         color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	"native-fenced":  color.RGBA{0x98, 0xdf, 0x8a, 0xff},
 	"none":           color.RGBA{0x7f, 0x7f, 0x7f, 0xff},
 }
 
@@ -44,6 +47,9 @@ func figureName(prefix string, g *group) string {
 	name := prefix + slug(g.skew)
 	if g.mix != "smallbank" {
 		name = prefix + g.mix + "-" + slug(g.skew)
+	}
+	if g.setup != "" {
+		name = prefix + slug(g.setup) + "-" + strings.TrimPrefix(name, prefix)
 	}
 	return name + ".png"
 }
@@ -79,7 +85,7 @@ func drawGroup(g *group, path string) error {
 
 func cdfPlot(g *group) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Transaction latency CDF, %s, %s", g.mix, g.desc)
+	p.Title.Text = "Transaction latency CDF, " + g.title()
 	p.X.Label.Text = "latency (ms, log scale)"
 	p.Y.Label.Text = "fraction of committed transactions"
 	p.X.Scale = plot.LogScale{}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,7 +143,7 @@ func auditCell(rs []*bank.Result) string {
 func sideBySide(gs []*group) string {
 	var b strings.Builder
 	for _, g := range gs {
-		fmt.Fprintf(&b, "\n%s mix, %s (medians of runs)\n", g.mix, g.desc)
+		fmt.Fprintf(&b, "\n%s (medians of runs)\n", g.title())
 		fmt.Fprintf(&b, "%-16s %5s %12s %10s %10s %10s %8s %8s  %s\n", "locker", "runs", "goodput/s", "p50 ms", "p99 ms", "p999 ms", "aborts", "dropped", "audit")
 		for _, s := range g.series {
 			rs := g.runs[s]
@@ -219,10 +220,142 @@ func cpuCell(v float64, ok bool) string {
 	return fmt.Sprintf("%.1f", v)
 }
 
+// ceiling is the goodput at which run r's processes would keep all of the
+// machine's cores busy: cores / CPU per transaction, the lock side's
+// processes counted only if withLock. NaN if unmeasured.
+func ceiling(withLock bool) func(*bank.Result) float64 {
+	return func(r *bank.Result) float64 {
+		if r.Cores == 0 || len(r.CPU) == 0 {
+			return math.NaN()
+		}
+		var us float64
+		for _, p := range r.CPU {
+			if p.Role != bank.RoleLock || withLock {
+				us += p.PerTxn
+			}
+		}
+		if us <= 0 {
+			return math.NaN()
+		}
+		return float64(r.Cores) * 1e6 / us
+	}
+}
+
+func ceilingCell(g *group, s string, withLock bool) string {
+	v, ok := g.medOK(s, ceiling(withLock))
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// safetyTable is the audit's side of the story for a group whose runs had
+// lock TTLs, fencing, or expiries: what ran out, what the fences stopped,
+// and what the books say.
+func safetyTable(g *group) string {
+	show := false
+	for _, rs := range g.runs {
+		for _, r := range rs {
+			show = show || r.Fence || r.Expired > 0 || r.TTL > 0 || r.Fenced > 0
+		}
+	}
+	if !show {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nSafety (medians of runs): *expiries* are releases that found their lock gone, its TTL run out while the ")
+	b.WriteString("transaction worked; *fenced out* are attempts the data redis-server refused because a newer holder of the lock had ")
+	b.WriteString("touched the account (the attempt wrote nothing and was retried); *money off* is the audit's difference between the ")
+	b.WriteString("money in the bank and what the committed transactions account for, worst run.\n\n")
+	b.WriteString("| locker | lock TTL | fencing | expiries | fenced out | money off | audit |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range g.series {
+		rs := g.runs[s]
+		ttl, fence := "-", "off"
+		var worst int64
+		for _, r := range rs {
+			if r.TTL > 0 {
+				ttl = r.TTL.String()
+			}
+			if r.Fence {
+				fence = "on"
+			}
+			worst = max(worst, abs64(r.Audit.Mismatch))
+		}
+		if ttl == "-" && (strings.HasPrefix(s, "redlock") || strings.HasPrefix(s, "proxy")) && s != "proxy-fenced" {
+			ttl = "8s (redsync)"
+		}
+		off := "none"
+		if worst != 0 {
+			off = "**" + bank.Cents(worst) + "**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %s | %s |\n", s, ttl, fence,
+			g.med(s, func(r *bank.Result) float64 { return float64(r.Expired) }),
+			g.med(s, func(r *bank.Result) float64 { return float64(r.Fenced) }), off, auditCell(rs))
+	}
+	return b.String()
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// The paper's Fig. 11 (SmallBank on Redis): ShiftLock 36.55 Kops/s against
+// RedLock's 5.56, the median latency 62.9% and the p99 95.2% lower.
+const (
+	paperGoodputRatio = 36.55 / 5.56
+	paperP50Change    = -0.629
+	paperP99Change    = -0.952
+)
+
+// paperTable holds series a against redlock-rs up to the paper's Fig. 11.
+func paperTable(g *group, a string) string {
+	gr := g.ratios(a, "redlock-rs", goodput)
+	if len(gr) == 0 {
+		return ""
+	}
+	l50, l99 := g.ratios(a, "redlock-rs", p50), g.ratios(a, "redlock-rs", p99)
+	change := func(xs []float64) []float64 {
+		out := make([]float64, len(xs))
+		for i, x := range xs {
+			out[i] = x - 1
+		}
+		return out
+	}
+	pct := func(xs []float64) string {
+		parts := make([]string, len(xs))
+		for i, x := range xs {
+			parts[i] = fmt.Sprintf("%+.1f%%", 100*x)
+		}
+		return strings.Join(parts, ", ")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s against redlock-rs beside the paper's Fig. 11 (ShiftLock 36.55 against RedLock 5.56 Kops/s); ", a)
+	b.WriteString("same-round values in parentheses:\n\n| | paper | measured | verdict |\n|---|---|---|---|\n")
+	m := stats.Median(gr)
+	verdict := "met"
+	if m < 6.6 {
+		verdict = "**missed** (target 6.6x)"
+	}
+	fmt.Fprintf(&b, "| goodput | %.2fx | %.2fx (%s) | %s |\n", paperGoodputRatio, m, ratioList(gr), verdict)
+	fmt.Fprintf(&b, "| p50 latency | %+.1f%% | %+.1f%% (%s) | - |\n", 100*paperP50Change, 100*stats.Median(change(l50)), pct(change(l50)))
+	fmt.Fprintf(&b, "| p99 latency | %+.1f%% | %+.1f%% (%s) | - |\n", 100*paperP99Change, 100*stats.Median(change(l99)), pct(change(l99)))
+	return b.String()
+}
+
 // comparisons are the ratios worth printing for g, as [numerator, denominator].
 func comparisons(g *group) [][2]string {
 	var out [][2]string
 	has := func(s string) bool { return len(g.runs[s]) > 0 }
+	if has("redlock-rs") {
+		for _, s := range []string{"native", "native-fenced", "proxy", "proxy-embedded", "proxy-fenced", "redlock-1", "none"} {
+			if has(s) {
+				out = append(out, [2]string{s, "redlock-rs"})
+			}
+		}
+	}
 	for _, base := range []string{"redlock-1", "redlock-3"} {
 		for _, s := range []string{"proxy", "proxy-3", "proxy-embedded", "native"} {
 			if has(s) && has(base) {
@@ -250,7 +383,7 @@ func markdown(gs []*group, fig func(*group) string) string {
 	var b strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	for _, g := range gs {
-		w("### %s mix, %s\n\n", g.mix, g.desc)
+		w("### %s\n\n", g.title())
 		w("| locker | runs | goodput (txn/s) | p50 (ms) | p99 (ms) | p999 (ms) | lock aborts | dropped | audit |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range g.series {
 			w("| %s | %d | %.0f | %s | %s | %s | %.0f | %.0f | %s |\n", s, len(g.runs[s]), g.med(s, goodput),
@@ -261,7 +394,10 @@ func markdown(gs []*group, fig func(*group) string) string {
 		if hasCPU(g) {
 			w("\nCPU per committed transaction (core-µs, medians of runs). Lock side: every lock server process of the series; ")
 			w("client: the bank process, which also runs the lock client (redsync, or the native ShiftLock client).\n\n")
-			w("| locker | lock side | lock processes | data redis-server | client (bank) | machine busy (cores) |\n|---|---|---|---|---|---|\n")
+			w("The ceilings divide the machine's cores by CPU per transaction: *all processes* is the goodput at which this ")
+			w("series would fill the machine; *free lock server* leaves the lock side out, the goodput the bank and its data ")
+			w("redis-server allow this client code with a lock server that cost nothing (for redlock-1, the redsync ceiling).\n\n")
+			w("| locker | lock side | lock processes | data redis-server | client (bank) | machine busy (cores) | ceiling, all processes (txn/s) | ceiling, free lock server (txn/s) |\n|---|---|---|---|---|---|---|---|\n")
 			for _, s := range g.series {
 				lv, lok := g.medOK(s, lockCPU)
 				procs := "-"
@@ -275,7 +411,8 @@ func markdown(gs []*group, fig func(*group) string) string {
 				if bok {
 					busyCell = fmt.Sprintf("%.2f", bv)
 				}
-				w("| %s | %s | %s | %s | %s | %s |\n", s, cpuCell(lv, lok), procs, cpuCell(dv, dok), cpuCell(cv, cok), busyCell)
+				w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", s, cpuCell(lv, lok), procs, cpuCell(dv, dok), cpuCell(cv, cok), busyCell,
+					ceilingCell(g, s, true), ceilingCell(g, s, false))
 			}
 		}
 		if cs := comparisons(g); len(cs) > 0 {
@@ -316,8 +453,12 @@ func markdown(gs []*group, fig func(*group) string) string {
 			}
 			w("\n")
 		}
+		w("%s", safetyTable(g))
+		if g.setup == "paper" {
+			w("%s", paperTable(g, "native"))
+		}
 		if f := fig(g); f != "" {
-			w("\n![SmallBank %s, %s: latency CDF and goodput](%s)\n", g.mix, g.desc, f)
+			w("\n![SmallBank %s: latency CDF and goodput](%s)\n", g.title(), f)
 		}
 		w("\n")
 	}
@@ -338,7 +479,7 @@ func judge(gs []*group) string {
 	w("of every lock server process: the proxy and the memory node for proxy, the one process for proxy-embedded, the redis-server for redlock-1.\n\n")
 	w("| skew | target | measured | verdict |\n|---|---|---|---|\n")
 	for _, g := range gs {
-		if g.mix != "smallbank" {
+		if g.mix != "smallbank" || g.setup != "" {
 			continue
 		}
 		row := func(target, a string, f func(*bank.Result) float64, ok func(float64) bool) {

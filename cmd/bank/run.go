@@ -101,8 +101,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	res.Label, res.Run, res.Name, res.Setup, res.TTL = *label, *runIdx, *as, *setup, cfg.LockTTL
-	if res.TTL == 0 && cfg.Locker == "redlock-rs" {
+	switch {
+	case res.TTL == 0 && cfg.Locker == "redlock-rs":
 		res.TTL = bank.RedlockRSDefaultTTL
+	case cfg.Locker == "native":
+		res.TTL = 0 // its locks have none: -lock-ttl does not apply
 	}
 	printResult(stdout, res)
 	if *out != "" {
