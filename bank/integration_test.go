@@ -64,13 +64,13 @@ func (c *cluster) run(t *testing.T, lc bank.LockerConfig, skew string, clients i
 	}
 	res, err := bank.Run(ctx, bank.RunConfig{Data: c.data, Locker: l, Servers: servers, Mix: bank.Mixes["smallbank"],
 		MixName: "smallbank", Dist: dist, Skew: skew, Accounts: testAccounts, Clients: clients,
-		Warmup: d / 4, Duration: d, Writes: writes, Seed: 11})
+		Warmup: d / 4, Duration: d, Writes: writes, Seed: 11, Fence: lc.Fence})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s on %s: %.0f txn/s, %d committed (%d declined), %d aborts, %d dropped, p50 %dµs p99 %dµs; audit OK=%v %v",
+	t.Logf("%s on %s: %.0f txn/s, %d committed (%d declined), %d aborts, %d dropped, p50 %dµs p99 %dµs, %d expired, %d fenced; audit OK=%v %v",
 		res.Series(), skew, res.Goodput, res.All.Committed, res.All.Declined, res.All.Aborts, res.Dropped,
-		res.All.P50, res.All.P99, res.Audit.OK, res.Audit.Problems)
+		res.All.P50, res.All.P99, res.Expired, res.Fenced, res.Audit.OK, res.Audit.Problems)
 	return res
 }
 
@@ -87,6 +87,9 @@ func TestLockersKeepTheBooks(t *testing.T) {
 		{Name: "proxy", Proxies: c.proxies}, // RedLock quorum over three proxies on one memory node
 		{Name: "proxy", Proxies: []string{c.embedded}},
 		{Name: "native", Memnodes: []string{c.memnode}},
+		{Name: "native", Memnodes: []string{c.memnode}, Fence: true},
+		{Name: "proxy", Proxies: c.proxies[:1], Fence: true}, // LOCK.ACQUIRE, tokens checked by the data store
+		{Name: "redlock-rs", LockRedis: c.lockRedis[:1], TTL: 5 * time.Second},
 	} {
 		res := c.run(t, lc, contended, 16, bank.WritesSet, 2*time.Second)
 		if !res.Audit.OK {
@@ -125,4 +128,45 @@ func TestAuditCatchesNoLocks(t *testing.T) {
 	}
 	caught(bank.WritesSet, contended, func(r *bank.Result) bool { return !r.Audit.OK && r.Audit.Mismatch != 0 })
 	caught(bank.WritesIncr, "hotspot:0.01:90", func(r *bank.Result) bool { return !r.Audit.OK && r.Audit.After.NegativeSavings > 0 })
+}
+
+// TestShortTTLCorruptsRedLockButNotFencedProxy is the safety story: with
+// a lock TTL shorter than the transactions, RedLock (the redlock-rs-style
+// client) lets two holders work on one account and the books stop adding
+// up, while the proxy, whose fencing tokens the data store checks, keeps
+// them exact: what would have been a lost update is refused and retried.
+func TestShortTTLCorruptsRedLockButNotFencedProxy(t *testing.T) {
+	c := startCluster(t)
+	const hot = "hotspot:0.01:90" // one account gets 90% of the draws
+	corrupted, expired := false, false
+	for try := 1; try <= 8 && !corrupted; try++ {
+		// Not 2 ms: the crate's validity check (TTL - 2 ms drift - elapsed)
+		// refuses every try that takes under 1 ms at a TTL of 2 ms.
+		res := c.run(t, bank.LockerConfig{Name: "redlock-rs", LockRedis: c.lockRedis[:1], TTL: 4 * time.Millisecond}, hot, 32, bank.WritesSet, time.Second)
+		if res.Expired > 0 && res.Audit.OK {
+			t.Errorf("redlock-rs with %d expired locks passed its audit", res.Expired)
+		}
+		expired = expired || res.Expired > 0
+		corrupted = res.Audit.Mismatch != 0
+	}
+	if !expired {
+		t.Error("redlock-rs with a 4 ms TTL: no lock ever expired before release")
+	}
+	if !corrupted {
+		t.Error("eight runs of redlock-rs with a 4 ms TTL and the money always added up")
+	}
+	fenced := false
+	for try := 1; try <= 8 && !fenced; try++ {
+		res := c.run(t, bank.LockerConfig{Name: "proxy", Proxies: c.proxies[:1], Fence: true, TTL: 2 * time.Millisecond}, hot, 32, bank.WritesSet, time.Second)
+		if !res.Audit.OK {
+			t.Fatalf("fenced proxy with a 2 ms TTL failed its audit: %v", res.Audit.Problems)
+		}
+		if res.All.Committed == 0 {
+			t.Error("fenced proxy: nothing committed")
+		}
+		fenced = res.Fenced > 0
+	}
+	if !fenced {
+		t.Error("eight runs of the fenced proxy with a 2 ms TTL and the fences never refused an attempt")
+	}
 }

@@ -1,0 +1,90 @@
+package bank
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+)
+
+// tokens is a Fenced whose tokens the test sets.
+type tokens map[string]uint64
+
+func (tokens) Release(context.Context) error { return nil }
+func (t tokens) Fence(key string) (uint64, bool) {
+	v, ok := t[key]
+	return v, ok
+}
+
+// TestFencesRefuseTheStaleHolder plays, against a real redis-server, what
+// happens behind an expired lock: a holder whose token is older than one
+// that has touched the account is refused at its read and at its write,
+// and the newest holder goes through.
+func TestFencesRefuseTheStaleHolder(t *testing.T) {
+	srv := testproc.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Load(ctx, rdb, LoadConfig{Accounts: 10, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	deposit := Txn{Type: DepositChecking, A: 3, Amount: 100}
+	start, _ := rdb.Get(ctx, CheckingKey(3)).Int64()
+	a, b := tokens{LockKey(3): 5}, tokens{LockKey(3): 6}
+
+	// A (token 5) commits, its lock runs out, B (token 6) commits; A,
+	// still believing it holds the lock, goes on with its old token.
+	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, a); err != nil {
+		t.Fatalf("A, first holder: %v", err)
+	}
+	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, b); err != nil {
+		t.Fatalf("B, newer holder: %v", err)
+	}
+	// A is now stale in full: its next read is refused too.
+	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, a); !errors.Is(err, ErrFenced) {
+		t.Fatalf("A's read after B's: %v, want ErrFenced", err)
+	}
+	if got, _ := rdb.Get(ctx, CheckingKey(3)).Int64(); got != start+200 {
+		t.Fatalf("checking %d, want %d (two deposits)", got, start+200)
+	}
+
+	// The write check on its own: a read with token 7, then a newer
+	// reader (8) arrives before the write; the write with 7 is refused.
+	d := tokens{LockKey(4): 8}
+	keys := []string{FenceKey(4)}
+	if err := fencedRead.Run(ctx, rdb, append(keys, CheckingKey(4)), 1, fenceArg(7), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fencedRead.Run(ctx, rdb, append(keys, CheckingKey(4)), 1, fenceArg(8), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := fencedWrite.Run(ctx, rdb, append(keys, CheckingKey(4)), 1, fenceArg(7), "set", 1).Err()
+	if !errors.Is(fencedErr(err), ErrFenced) {
+		t.Fatalf("write with 7 after a read with 8: %v, want FENCED", err)
+	}
+	if v, _ := rdb.Get(ctx, CheckingKey(4)).Int64(); v == 1 {
+		t.Fatal("the refused write happened")
+	}
+	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 4, Amount: 1}, WritesIncr, d); err != nil {
+		t.Fatalf("the newest holder's incr write: %v", err)
+	}
+
+	// A stale shared holder may still read: it writes nothing.
+	if _, err := applyFenced(ctx, rdb, Txn{Type: Balance, A: 3}, WritesSet, a); err != nil {
+		t.Fatalf("stale Balance: %v", err)
+	}
+	// Tokens past 2^53 compare exactly (Lua numbers would round them).
+	big := tokens{LockKey(5): 1<<60 + 1}
+	bigger := tokens{LockKey(5): 1<<60 + 2}
+	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 5, Amount: 1}, WritesSet, bigger); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 5, Amount: 1}, WritesSet, big); !errors.Is(err, ErrFenced) {
+		t.Fatalf("token 2^60+1 after 2^60+2: %v, want ErrFenced", err)
+	}
+}
