@@ -158,11 +158,24 @@ func sideBySide(gs []*group) string {
 				fmt.Fprintf(&b, "%-16s CPU per committed txn (core-µs): %s\n", s, c)
 			}
 		}
+		for _, s := range g.series {
+			ex := g.med(s, func(r *bank.Result) float64 { return float64(r.Expired) })
+			fe := g.med(s, func(r *bank.Result) float64 { return float64(r.Fenced) })
+			if ex > 0 || fe > 0 {
+				fmt.Fprintf(&b, "%-16s safety: %.0f locks ran out before release, %.0f attempts fenced out by the data store\n", s, ex, fe)
+			}
+		}
 		for _, pr := range comparisons(g) {
 			gr := g.ratios(pr[0], pr[1], goodput)
 			lr := g.ratios(pr[0], pr[1], p99)
 			if len(gr) == 0 {
 				continue
+			}
+			if g.setup == "paper" && pr == [2]string{"native", "redlock-rs"} {
+				l50 := g.ratios(pr[0], pr[1], p50)
+				fmt.Fprintf(&b, "paper's Fig. 11, ShiftLock vs RedLock: goodput x%.2f, p50 %+.1f%%, p99 %+.1f%%; measured here: x%.2f, p50 %+.1f%%, p99 %+.1f%%\n",
+					paperGoodputRatio, 100*paperP50Change, 100*paperP99Change,
+					stats.Median(gr), 100*(stats.Median(l50)-1), 100*(stats.Median(lr)-1))
 			}
 			fmt.Fprintf(&b, "%s vs %s: goodput x%.2f, p99 x%.3f", pr[0], pr[1], stats.Median(gr), stats.Median(lr))
 			if cr := g.ratios(pr[0], pr[1], lockCPU); len(cr) > 0 {
