@@ -185,7 +185,7 @@ PX and every unlock, a TTL of 10 ms, 3 tries with a random 0-200 ms sleep after 
 retrying forever; its lock keys are in the bank's data redis-server, as are redlock-1's in this setup (redsync v4, default
 8 s TTL). The ZRANK account lookup is $([ "$PAPER_LOOKUP" = 1 ] && echo on || echo off). **The safety setup**
 (\`-setup safety\`) runs the hotspot with a $SAFETY_TTL lock TTL, so that locks run out while their transactions work:
-redlock-rs, the proxy through \`LOCK.ACQUIRE\` (\`PX $SAFETY_TTL\`) with every read and write checked against its fencing
+redlock-rs, the proxy through \`LOCK.ACQUIRE ... PX\` with every read and write checked against its fencing
 tokens by the data redis-server (proxy-fenced), and the native client with the same checks (native-fenced; its locks
 have no TTL). redlock-rs's audit is expected to fail in both setups: its locks run out.
 
