@@ -69,7 +69,8 @@ type Result struct {
 	Goodput float64 `json:"goodput"`
 	// Dropped transactions gave up after their last attempt.
 	Dropped int64 `json:"dropped"`
-	// Expired counts releases that found a lock no longer held: its TTL
+	// Expired counts transactions that found a lock no longer held at
+	// release (one or more of theirs): its TTL
 	// ran out while the transaction worked. Fenced counts attempts the data
 	// store refused because a newer lock holder had touched an account.
 	Expired int64              `json:"expired"`

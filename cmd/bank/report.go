@@ -162,7 +162,7 @@ func sideBySide(gs []*group) string {
 			ex := g.med(s, func(r *bank.Result) float64 { return float64(r.Expired) })
 			fe := g.med(s, func(r *bank.Result) float64 { return float64(r.Fenced) })
 			if ex > 0 || fe > 0 {
-				fmt.Fprintf(&b, "%-16s safety: %.0f locks ran out before release, %.0f attempts fenced out by the data store\n", s, ex, fe)
+				fmt.Fprintf(&b, "%-16s safety: %.0f transactions found a lock gone at release, %.0f attempts fenced out by the data store\n", s, ex, fe)
 			}
 		}
 		for _, pr := range comparisons(g) {
@@ -276,7 +276,7 @@ func safetyTable(g *group) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\nSafety (medians of runs): *expiries* are releases that found their lock gone, its TTL run out while the ")
+	b.WriteString("\nSafety (medians of runs): *expiries* are transactions that found a lock gone at release, its TTL run out while the ")
 	b.WriteString("transaction worked; *fenced out* are attempts the data redis-server refused because a newer holder of the lock had ")
 	b.WriteString("touched the account (the attempt wrote nothing and was retried); *money off* is the audit's difference between the ")
 	b.WriteString("money in the bank and what the committed transactions account for, worst run.\n\n")

@@ -217,7 +217,7 @@ func printResult(w io.Writer, r *bank.Result) {
 		}
 	}
 	if r.Expired > 0 || r.Fenced > 0 || r.Fence {
-		fmt.Fprintf(w, "safety: %d releases found their lock gone (TTL %v ran out while held); %d attempts fenced out by the data store (fencing %s)\n",
+		fmt.Fprintf(w, "safety: %d transactions found a lock gone at release (TTL %v ran out while held); %d attempts fenced out by the data store (fencing %s)\n",
 			r.Expired, r.TTL, r.Fenced, map[bool]string{true: "on", false: "off"}[r.Fence])
 	}
 	if len(r.CPU) > 0 {
