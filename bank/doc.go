@@ -1,8 +1,10 @@
 // Package bank is SmallBank on Redis: accounts in a real redis-server, the
 // six SmallBank transactions under two-phase locking, interchangeable
-// lockers (RedLock through redsync, the same redsync code through
-// shiftlock-proxy, the native ShiftLock client, and no locks at all), and an
-// audit that the money adds up after every run.
+// lockers (RedLock through redsync; RedLock as the ShiftLock paper's
+// artifact ran it, RedlockRSLocker; the same redsync code through
+// shiftlock-proxy; the proxy's LOCK.ACQUIRE with fencing tokens; the native
+// ShiftLock client; and no locks at all), and an audit that the money adds
+// up after every run.
 //
 // Schema. Account i has two integer balances in cents, savings:<i> and
 // checking:<i>. The key bank:accounts holds the number of accounts loaded.
@@ -35,4 +37,9 @@
 // WritesIncr the writes are INCRBY deltas in one MULTI/EXEC: no update is
 // lost, but a check made on a stale read lets a balance go negative, which
 // the audit's second check catches.
+//
+// Fencing. With ExecOptions.Fence the reads and writes go through Lua
+// scripts that check the locks' fencing tokens against a fence key per
+// account (FenceKey), so that a transaction whose lock ran out and passed
+// to a newer holder cannot write from its stale read; see fence.go.
 package bank
