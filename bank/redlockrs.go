@@ -267,6 +267,9 @@ func (l *RedlockRSLocker) do(ctx context.Context, addr string, args ...string) (
 	return readReply(bufio.NewReaderSize(c, 256))
 }
 
+// maxBulk bounds the bulk strings readReply accepts.
+const maxBulk = 64 << 10
+
 // readReply reads one simple reply: a status, an error, an integer or a
 // bulk string (nil included). The locker sends nothing that answers with an
 // array.
@@ -294,6 +297,11 @@ func readReply(r *bufio.Reader) (reply, error) {
 		}
 		if n < 0 {
 			return reply{null: true}, nil
+		}
+		// The locker's replies are a lock value or a short status; a
+		// larger length is a broken stream, not a reason to allocate it.
+		if n > maxBulk {
+			return reply{}, fmt.Errorf("bank: bulk reply of %d bytes (at most %d expected)", n, maxBulk)
 		}
 		b := make([]byte, n+2)
 		if _, err := io.ReadFull(r, b); err != nil {
