@@ -32,7 +32,9 @@ type Config struct {
 	// PollMin and PollMax bound the interval of READ polling by waiters that
 	// have no message to wait for: readers waiting for the epoch to flip and
 	// writers waiting for readers to leave. The interval doubles from PollMin
-	// to PollMax (defaults 20µs and 1ms).
+	// to PollMax (defaults 20µs and 1ms). The authors' artifact polls at a
+	// fixed interval a little under one round trip (1862 ns at 2.05 µs):
+	// PollMin = PollMax = 0.91 x RTT does the same on another fabric.
 	PollMin, PollMax time.Duration
 	// CheckInterval is how often a waiter checks for failure: whether its
 	// entry was recovered (a RelCnt leap) and whether the node it waits on
@@ -231,6 +233,7 @@ type Stats struct {
 	Abandoned                     atomic.Uint64 // waits given up by the caller, completed in background
 	Resets                        atomic.Uint64 // waits restarted because the entry was recovered
 	RecoveryRequests              atomic.Uint64
+	ChecksSkipped                 atomic.Uint64 // failure checks a polling waiter did not need: RelCnt had moved
 	Lost                          atomic.Uint64
 }
 

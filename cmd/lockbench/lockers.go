@@ -37,6 +37,17 @@ func resolveParams(o options, rtt time.Duration) params {
 		p.dslrR = scale(10 * time.Microsecond)
 	}
 	p.shiftlockCfg = shiftlock.Config{}
+	switch o.readerPoll {
+	case "rtt":
+		// The artifact's waiters READ, then busy-wait its backoff (1862ns
+		// at a 2.05µs round trip) and READ again: about one poll per RTT.
+		p.shiftlockCfg.PollMin = scale(baseline.DefaultInitialBackoff)
+		p.shiftlockCfg.PollMax = p.shiftlockCfg.PollMin
+	case "", "backoff":
+	default:
+		d, _ := time.ParseDuration(o.readerPoll)
+		p.shiftlockCfg.PollMin, p.shiftlockCfg.PollMax = d, d
+	}
 	// DSLR's lease only matters when something fails; without failures a
 	// long one keeps scheduling stalls on this shared machine from being
 	// taken for crashes.
@@ -53,7 +64,11 @@ func resolveParams(o options, rtt time.Duration) params {
 }
 
 func (p params) String() string {
-	return fmt.Sprintf("rtt=%v cas-backoff=%v dslr-omega=%v dslr-R=%v dslr-lease=%v", p.rtt, p.casBackoff, p.dslrOmega, p.dslrR, p.dslrLease)
+	poll := "20µs-1ms"
+	if p.shiftlockCfg.PollMin > 0 {
+		poll = p.shiftlockCfg.PollMin.String()
+	}
+	return fmt.Sprintf("rtt=%v cas-backoff=%v dslr-omega=%v dslr-R=%v dslr-lease=%v reader-poll=%s", p.rtt, p.casBackoff, p.dslrOmega, p.dslrR, p.dslrLease, poll)
 }
 
 // makeLockers gives every client node a locker of the run's kind.
@@ -93,8 +108,9 @@ func lockStats(ls []shiftlock.Locker) string {
 			a[3] += s.RecoveryRequests.Load()
 			a[4] += s.Lost.Load()
 			a[5] += s.LocalSends.Load()
+			a[6] += s.ChecksSkipped.Load()
 		}
-		return fmt.Sprintf("handovers=%d modechanges=%d resets=%d recovery_requests=%d lost=%d local_sends=%d", a[0], a[1], a[2], a[3], a[4], a[5])
+		return fmt.Sprintf("handovers=%d modechanges=%d resets=%d recovery_requests=%d lost=%d local_sends=%d checks_skipped=%d", a[0], a[1], a[2], a[3], a[4], a[5], a[6])
 	case *baseline.CAS:
 		for _, l := range ls {
 			s := l.(*baseline.CAS).Stats()

@@ -57,6 +57,12 @@ type options struct {
 	// Baseline parameters; zero means "scaled from the paper's values by
 	// this fabric's round trip" (see resolveParams).
 	casBackoff time.Duration
+	// readerPoll is ShiftLock's READ polling: "backoff" (the client's
+	// default, 20µs doubling to 1ms), "rtt" (a fixed interval of 1862ns
+	// scaled by RTT/2µs, as the artifact polls), or a fixed duration.
+	// Measured on tcpfab (docs/benchmarks.md, micro notes), rtt gained
+	// nothing where the client CPU binds, so backoff stays the default.
+	readerPoll string
 	dslrOmega  time.Duration
 	dslrBase   time.Duration
 
@@ -103,6 +109,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.attempts, "attempts", 3, "most attempts per run with -max-other-cpu")
 	fs.IntVar(&o.rttProbes, "rtt-probes", 500, "uncontended READs timed to measure the fabric round trip")
 	fs.DurationVar(&o.casBackoff, "cas-backoff", 0, "CAS-B initial backoff (default: 1862ns scaled by RTT/2µs)")
+	fs.StringVar(&o.readerPoll, "reader-poll", "backoff", "ShiftLock's READ polling interval: backoff (20µs doubling to 1ms), rtt (1862ns scaled by RTT/2µs, fixed, as the artifact), or a duration")
 	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs)")
 	fs.DurationVar(&o.dslrBase, "dslr-backoff", 0, "DSLR random backoff base R (default: 10µs scaled by RTT/2µs)")
 	fs.StringVar(&o.memnodeBin, "memnode", "", "memnode binary for -fabric tcp (default: bin/memnode, or next to lockbench)")
@@ -159,6 +166,11 @@ func (o options) validate() error {
 		return fmt.Errorf("-fail-rate/-recovery: %s is not fault tolerant (ShiftLock Table 1); only shiftlock and dslr recover", o.lock)
 	case o.iopsCap < 0:
 		return errors.New("-iops-cap must not be negative")
+	}
+	if o.readerPoll != "rtt" && o.readerPoll != "backoff" {
+		if d, err := time.ParseDuration(o.readerPoll); err != nil || d <= 0 {
+			return fmt.Errorf("-reader-poll %q: want rtt, backoff or a positive duration", o.readerPoll)
+		}
 	}
 	if _, err := keydist.Parse(o.keys, o.entries); err != nil {
 		return err
