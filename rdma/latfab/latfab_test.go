@@ -1,0 +1,113 @@
+package latfab_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/latfab"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+)
+
+func setup(t *testing.T, cfg latfab.Config, n int) (*latfab.Fabric, []*latfab.Endpoint) {
+	host := memnode.New(memnode.Config{Entries: 64, DeadAfter: time.Hour})
+	t.Cleanup(host.Close)
+	mf := memfab.New(host)
+	f := latfab.New(cfg)
+	t.Cleanup(f.Close)
+	var eps []*latfab.Endpoint
+	for range n {
+		ep, err := mf.Join("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, f.Wrap(ep))
+	}
+	return f, eps
+}
+
+// TestTiming checks, on the fake clock, that a verb takes its round trip,
+// that the memory node's budget queues verbs that arrive together, that a
+// batch is one trip with a queue place per verb, and that Sends arrive
+// after their latency, in order, while the sender goes on.
+func TestTiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rtt, send = 2 * time.Microsecond, 3 * time.Microsecond
+		_, eps := setup(t, latfab.Config{Verb: rtt, Send: send, IOPS: 1e6}, 10) // 1 µs per verb at the memory node
+		ctx := context.Background()
+		addr := eps[0].Layout().EntryAddr(1)
+
+		start := time.Now()
+		if _, err := eps[0].FAA(ctx, addr, 1); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != rtt+time.Microsecond {
+			t.Errorf("one FAA took %v, want %v", d, rtt+time.Microsecond)
+		}
+
+		// Ten at once: the memory node serves one per µs, so the last
+		// completes 10 µs after they arrive.
+		start = time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var last time.Duration
+		for _, ep := range eps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := ep.FAA(ctx, addr, 1); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				last = max(last, time.Since(start))
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if want := rtt + 10*time.Microsecond; last != want {
+			t.Errorf("ten concurrent FAAs: the last took %v, want %v", last, want)
+		}
+
+		var b rdma.Batch
+		var buf [16]byte
+		b.Read(addr, buf[:])
+		b.Read(addr, buf[:])
+		b.Read(addr, buf[:])
+		start = time.Now()
+		if err := eps[1].Post(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != rtt+3*time.Microsecond {
+			t.Errorf("a batch of 3 READs took %v, want %v", d, rtt+3*time.Microsecond)
+		}
+
+		got := make(chan time.Duration, 2)
+		var order []byte
+		eps[2].Bind(func(m rdma.Message) error {
+			order = append(order, m.Payload[0])
+			got <- time.Since(start)
+			return nil
+		})
+		start = time.Now()
+		for _, v := range []byte{1, 2} {
+			if err := eps[3].Send(ctx, eps[2].Node(), 0, rdma.Payload{v}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("posting two Sends took %v", d)
+		}
+		for range 2 {
+			if d := <-got; d != send {
+				t.Errorf("a Send arrived after %v, want %v", d, send)
+			}
+		}
+		if len(order) != 2 || order[0] != 1 || order[1] != 2 {
+			t.Errorf("Sends arrived in order %v", order)
+		}
+	})
+}
