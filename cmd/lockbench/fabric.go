@@ -11,6 +11,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/latfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 )
@@ -29,17 +30,26 @@ type cluster struct {
 func setupFabric(o options) (*cluster, error) {
 	recovery := o.recovery && strings.HasPrefix(o.lock, "shiftlock")
 	switch {
-	case o.fabric == "memfab":
+	case o.fabric == "memfab" || o.fabric == "model":
 		host := memnode.New(memnode.Config{Entries: o.entries, DeadAfter: time.Hour, PaperRecovery: recovery})
 		f := memfab.New(host)
 		cl := &cluster{close: host.Close}
+		var lf *latfab.Fabric
+		if o.fabric == "model" {
+			lf = latfab.New(latfab.Config{Verb: o.modelVerb, Send: o.modelSend, IOPS: o.iopsCap})
+			cl.close = func() { lf.Close(); host.Close() }
+		}
 		for i := 0; i < o.nodes; i++ {
 			ep, err := f.Join(fmt.Sprintf("lockbench-%d", i))
 			if err != nil {
-				host.Close()
+				cl.close()
 				return nil, err
 			}
-			cl.eps = append(cl.eps, ep)
+			if lf != nil {
+				cl.eps = append(cl.eps, lf.Wrap(ep))
+			} else {
+				cl.eps = append(cl.eps, ep)
+			}
 		}
 		return cl, nil
 	case o.fabric == "tcp":

@@ -53,6 +53,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.fabric == "model" {
+		return errors.New("-fabric model needs testing/synctest's fake clock, which only a test can start: " +
+			"LOCKBENCH_MODEL='-lock shiftlock ...' go test ./cmd/lockbench -run '^TestModel$' (scripts/bench-micro.sh does)")
+	}
 	var r *result
 	for attempt := 1; ; attempt++ {
 		r, err = runBench(o, stderr)
@@ -70,13 +74,19 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		time.Sleep(retryPause)
 	}
 	if r != nil {
-		printTable(stdout, []result{*r})
-		fmt.Fprintf(stdout, "cycles=%d abandoned=%d errors=%d rtt=%.1fµs %s\n", r.Cycles, r.Abandoned, r.Errors, r.RTTus, r.Stats)
-		if o.csv != "" {
-			if werr := appendCSV(o.csv, r); werr != nil && err == nil {
-				err = werr
-			}
+		if werr := emit(o, r, stdout); werr != nil && err == nil {
+			err = werr
 		}
 	}
 	return err
+}
+
+// emit prints a run's row and appends it to the CSV.
+func emit(o options, r *result, stdout io.Writer) error {
+	printTable(stdout, []result{*r})
+	fmt.Fprintf(stdout, "cycles=%d abandoned=%d errors=%d rtt=%.1fµs hot_key=%.0f/s busy %.1f%% %s\n", r.Cycles, r.Abandoned, r.Errors, r.RTTus, r.HotRate, 100*r.HotBusy, r.Stats)
+	if o.csv != "" {
+		return appendCSV(o.csv, r)
+	}
+	return nil
 }

@@ -27,29 +27,31 @@ const paperRTT = 2 * time.Microsecond
 
 // options are one run's settings.
 type options struct {
-	lock      string
-	fabric    string // "memfab", "tcp" (start a memnode process) or "tcp://host:port"
-	clients   int
-	nodes     int
-	entries   uint64
-	keys      string
-	workload  string  // WI, RI, RO, or "" when readers is given
-	readers   float64 // fraction of shared acquisitions
-	duration  time.Duration
-	warmup    time.Duration
-	hold      time.Duration
-	failRate  float64
-	recovery  bool // the paper's lease timings and recovery policy, even at failRate 0
-	lease     time.Duration
-	runIndex  int
-	label     string
-	csv       string
-	seed      uint64
-	progress  bool
-	timeline  string
-	iopsCap   float64
-	capBurst  time.Duration
-	rttProbes int
+	lock   string
+	fabric string // "memfab", "model", "tcp" (start a memnode process) or "tcp://host:port"
+	// modelVerb and modelSend are the model fabric's latencies (latfab).
+	modelVerb, modelSend time.Duration
+	clients              int
+	nodes                int
+	entries              uint64
+	keys                 string
+	workload             string  // WI, RI, RO, or "" when readers is given
+	readers              float64 // fraction of shared acquisitions
+	duration             time.Duration
+	warmup               time.Duration
+	hold                 time.Duration
+	failRate             float64
+	recovery             bool // the paper's lease timings and recovery policy, even at failRate 0
+	lease                time.Duration
+	runIndex             int
+	label                string
+	csv                  string
+	seed                 uint64
+	progress             bool
+	timeline             string
+	iopsCap              float64
+	capBurst             time.Duration
+	rttProbes            int
 
 	maxOtherCPU float64
 	attempts    int
@@ -84,7 +86,9 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.lock, "lock", "shiftlock", "lock kind: "+strings.Join(lockKinds, ", "))
-	fs.StringVar(&o.fabric, "fabric", "memfab", `memfab, tcp (start a memnode process on loopback), or tcp://host:port of a running memnode`)
+	fs.StringVar(&o.fabric, "fabric", "memfab", `memfab, model (memfab with an RDMA testbed's timing on a fake clock; see TestModel), tcp (start a memnode process on loopback), or tcp://host:port of a running memnode`)
+	fs.DurationVar(&o.modelVerb, "model-verb", 2*time.Microsecond, "-fabric model: round trip of a one-sided verb")
+	fs.DurationVar(&o.modelSend, "model-send", 3*time.Microsecond, "-fabric model: one-way latency of a Send")
 	fs.IntVar(&o.clients, "clients", 240, "client goroutines, each doing one acquire-release cycle at a time")
 	fs.IntVar(&o.nodes, "nodes", 5, "client nodes (endpoints) the clients are spread over")
 	fs.Uint64Var(&o.entries, "entries", 10_000_000, "lock-table entries (the paper uses 10 million)")
@@ -152,8 +156,12 @@ func (o options) validate() error {
 	switch {
 	case !known:
 		return fmt.Errorf("-lock %q: want one of %s", o.lock, strings.Join(lockKinds, ", "))
-	case o.fabric != "memfab" && o.fabric != "tcp" && !strings.HasPrefix(o.fabric, "tcp://"):
-		return fmt.Errorf("-fabric %q: want memfab, tcp or tcp://host:port", o.fabric)
+	case o.fabric != "memfab" && o.fabric != "model" && o.fabric != "tcp" && !strings.HasPrefix(o.fabric, "tcp://"):
+		return fmt.Errorf("-fabric %q: want memfab, model, tcp or tcp://host:port", o.fabric)
+	case o.fabric == "model" && (o.modelVerb <= 0 || o.modelSend < 0):
+		return errors.New("-model-verb must be positive and -model-send not negative")
+	case o.fabric == "model" && o.recovery:
+		return errors.New("-fabric model runs without failures (a posted Send's failure is not reported)")
 	case o.clients < 1 || o.nodes < 1 || o.nodes > o.clients:
 		return errors.New("need 1 <= -nodes <= -clients")
 	case o.entries == 0:
@@ -186,10 +194,11 @@ func (o options) workloadName() string {
 	return fmt.Sprintf("R%g%%", 100*o.readers)
 }
 
-// fabricKind is the fabric as reported: memfab or tcpfab.
+// fabricKind is the fabric as reported: memfab, model or tcpfab.
 func (o options) fabricKind() string {
-	if o.fabric == "memfab" {
-		return "memfab"
+	switch o.fabric {
+	case "memfab", "model":
+		return o.fabric
 	}
 	return "tcpfab"
 }

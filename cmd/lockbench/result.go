@@ -45,8 +45,11 @@ type result struct {
 	// OtherCPU is what the rest of the machine used meanwhile, in cores.
 	OtherCPU float64
 	// Attempts is how many times the run was made (see -max-other-cpu).
-	Attempts          int
-	IOPSCap           float64
+	Attempts int
+	IOPSCap  float64
+	// HotRate is requests per second for key 0, the hottest key, and
+	// HotBusy the share of the window during which it was held.
+	HotRate, HotBusy  float64
 	Abandoned, Errors uint64
 	Params, Stats     string
 }
@@ -117,6 +120,8 @@ var columns = []column{
 	fcol("other_cpu", func(r *result) *float64 { return &r.OtherCPU }),
 	icol("attempts", func(r *result) *int { return &r.Attempts }),
 	fcol("iops_cap", func(r *result) *float64 { return &r.IOPSCap }),
+	fcol("hot_key_rate", func(r *result) *float64 { return &r.HotRate }),
+	fcol("hot_key_busy", func(r *result) *float64 { return &r.HotBusy }),
 	ucol("abandoned", func(r *result) *uint64 { return &r.Abandoned }),
 	ucol("errors", func(r *result) *uint64 { return &r.Errors }),
 	scol("params", func(r *result) *string { return &r.Params }),

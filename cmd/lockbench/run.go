@@ -55,6 +55,30 @@ type bench struct {
 	phase    atomic.Int32
 	start    time.Time
 	timeline []atomic.Uint64
+	hot      hotKey
+}
+
+// hotKey watches key 0, the hottest of a Zipf or hotspot distribution:
+// how often it is asked for, and how much of the window it is held. When
+// its busy share nears 1, its serial service rate is what binds (the
+// paper's regime); when it is low, something else does.
+type hotKey struct {
+	requests atomic.Uint64
+	mu       sync.Mutex
+	holders  int
+	since    time.Time
+	busy     time.Duration
+}
+
+func (h *hotKey) held(delta int, measuring bool) {
+	h.mu.Lock()
+	now := time.Now()
+	if h.holders > 0 && measuring {
+		h.busy += now.Sub(h.since)
+	}
+	h.since = now
+	h.holders += delta
+	h.mu.Unlock()
 }
 
 func (b *bench) loop(w *worker) {
@@ -71,6 +95,9 @@ func (b *bench) loop(w *worker) {
 		}
 		t0 := time.Now()
 		w.blockedSince.Store(t0.UnixNano())
+		if entry == 0 && ph == phaseMeasure {
+			b.hot.requests.Add(1)
+		}
 		g, err := w.l.Acquire(ctx, entry, mode)
 		lat := time.Since(t0)
 		if err != nil {
@@ -78,6 +105,9 @@ func (b *bench) loop(w *worker) {
 			return
 		}
 		measuring := b.phase.Load() == phaseMeasure
+		if entry == 0 {
+			b.hot.held(1, measuring)
+		}
 		if measuring {
 			h := w.write
 			if mode == shiftlock.Shared {
@@ -86,13 +116,24 @@ func (b *bench) loop(w *worker) {
 			_ = h.RecordValue(max(lat.Nanoseconds(), 100))
 		}
 		if b.o.hold > 0 {
-			locktest.Spin(b.o.hold)
+			if b.o.fabric == "model" {
+				time.Sleep(b.o.hold) // on the fake clock a spin would take no time
+			} else {
+				locktest.Spin(b.o.hold)
+			}
 		}
+		released := true
 		if b.o.failRate > 0 && w.rnd.Float64() < b.o.failRate {
 			// A crashed client: the lock is never released.
 			w.abandoned.Add(1)
 		} else if err := g.Release(ctx); err != nil {
 			w.fail(err)
+			released = false
+		}
+		if entry == 0 {
+			b.hot.held(-1, b.phase.Load() == phaseMeasure)
+		}
+		if !released {
 			continue
 		}
 		w.blockedSince.Store(0)
@@ -168,7 +209,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	}
 	p := resolveParams(o, rtt)
 	eps := cl.eps
-	if o.iopsCap > 0 {
+	if o.iopsCap > 0 && o.fabric != "model" { // the model's budget is latfab's
 		lim := newLimiter(o.iopsCap, o.capBurst)
 		defer lim.stop()
 		eps = make([]rdma.Endpoint, len(cl.eps))
@@ -249,6 +290,8 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 		wh.Merge(w.write)
 	}
 	r.Goodput = float64(r.Cycles) / elapsed.Seconds()
+	r.HotRate = float64(b.hot.requests.Load()) / elapsed.Seconds()
+	r.HotBusy = b.hot.busy.Seconds() / elapsed.Seconds()
 	r.RP50, r.RP99, r.RP999 = percentiles(rh)
 	r.WP50, r.WP99, r.WP999 = percentiles(wh)
 	d := after.Sub(before)
@@ -267,6 +310,10 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	}
 	if busy0 >= 0 && busy1 >= 0 {
 		r.OtherCPU = max(0, (busy1-busy0).Seconds()/elapsed.Seconds()-r.ClientCPU-max(r.MemnodeCPU, 0))
+	}
+	if o.fabric == "model" {
+		// Real CPU over fake time says nothing: the model's CPU is free.
+		r.ClientCPU, r.OtherCPU = -1, -1
 	}
 	if o.timeline != "" {
 		if err := writeTimeline(o.timeline, r, b.timeline); err != nil {

@@ -3,6 +3,7 @@ package baseline
 import (
 	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,7 +14,14 @@ import (
 // busy-wait on their own core; yielding is the closest a goroutine sharing a
 // core can come without starving the lock holder. The same threshold is used
 // by shiftlock/locktest for critical sections.
-const spinLimit = 200 * time.Microsecond
+var spinLimit atomic.Int64
+
+func init() { spinLimit.Store(int64(200 * time.Microsecond)) }
+
+// SetSpinLimit sets the longest wait done by yielding (default 200µs). A run
+// on testing/synctest's fake clock sets 0: there a yield takes no time, so
+// only a sleep lets the clock reach the end of a wait.
+func SetSpinLimit(d time.Duration) { spinLimit.Store(int64(d)) }
 
 // pause waits about d. A non-positive d still yields once, so that a retry
 // loop never keeps the processor from the goroutine holding the lock.
@@ -22,7 +30,7 @@ func pause(d time.Duration) {
 		runtime.Gosched()
 		return
 	}
-	if d >= spinLimit {
+	if int64(d) >= spinLimit.Load() {
 		time.Sleep(d)
 		return
 	}
