@@ -21,6 +21,9 @@ type cell struct {
 // setupName names the fabric configuration of r: the fabric, and the IOPS
 // cap if one was set.
 func setupName(r *result) string {
+	if r.Fabric == "model" {
+		return "model" // its budget is part of the model
+	}
 	if r.IOPSCap > 0 {
 		return fmt.Sprintf("%s-cap%gk", r.Fabric, r.IOPSCap/1000)
 	}

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
 	"github.com/shiftlock/shiftlock-proxy/internal/stats"
@@ -41,7 +43,7 @@ func summaryCmd(args []string, stderr io.Writer) error {
 	fs.StringVar(&o.date, "date", "", "date of the runs")
 	fs.StringVar(&o.elapsed, "elapsed", "", "how long the grid took")
 	fs.StringVar(&o.command, "command", "make bench-micro", "command that produced the results")
-	fs.StringVar(&o.target, "target-setup", "", "setup the targets are judged on (default: the capped tcpfab one)")
+	fs.StringVar(&o.target, "target-setup", "", "setups the targets are judged on, comma-separated (default: the capped tcpfab one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,13 +89,16 @@ func renderSummary(o summaryOpts, rs []result) string {
 			}
 		}
 	}
-	if target != "" {
-		p("\n### Targets (%s)\n\n", target)
-		renderTargets(&b, rs, cells, target)
+	targets := strings.Split(target, ",")
+	for _, t := range targets {
+		if t != "" {
+			p("\n### Targets (%s)\n\n", t)
+			renderTargets(&b, rs, cells, t)
+		}
 	}
 	renderCapSweep(&b, o.img, cells)
 	for _, s := range setups(cells) {
-		if s != target && sweepOnly(cells, s) {
+		if !slices.Contains(targets, s) && sweepOnly(cells, s) {
 			continue
 		}
 		p("\n### %s\n\n", s)
@@ -142,7 +147,11 @@ func setupParams(rs []result, s string) string {
 		return ""
 	}
 	sort.Strings(ps)
-	d := fmt.Sprintf("%d clients on %d client nodes, %d lock entries, %.0f s measured after a warm-up", r0.Clients, r0.Nodes, r0.Entries, r0.DurationS)
+	d := fmt.Sprintf("%d clients on %d client nodes, %d lock entries, %v measured after a warm-up", r0.Clients, r0.Nodes, r0.Entries,
+		time.Duration(r0.DurationS*float64(time.Second)).Round(time.Millisecond))
+	if r0.Fabric == "model" {
+		d += " (fake-clock time; the paper's timing, see below)"
+	}
 	if r0.IOPSCap > 0 {
 		d += fmt.Sprintf(", memnode verbs capped at %.0f/s", r0.IOPSCap)
 	}
@@ -389,6 +398,14 @@ func renderTargets(b *strings.Builder, rs []result, cells map[cellID]*cell, s st
 			lowerP99 := func(a, c *result) bool { return a.WP99 < c.WP99 }
 			m, vs, who := ratio(sl, wl, zipf, lowerP99, func(a, c *result) float64 { return a.WP99 / c.WP99 })
 			fmt.Fprintf(b, "| writer p99 below every baseline, Zipf %s (ratio to the lowest) | %s | %.2f | %s | %s | %s |\n", wl, sl, m, list(vs), who, verdict(len(vs) > 0 && m < 1))
+		}
+		for _, wl := range []string{"RI", "RO"} {
+			mcs := func(a, c *result) bool { return a.Lock == "mcs" && c.Lock != "mcs" }
+			m, vs, _ := ratio(sl, wl, zipf, mcs, func(a, c *result) float64 { return a.Goodput / c.Goodput })
+			if len(vs) == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "| goodput ahead of MCS, Zipf %s | %s | %.2f | %s | mcs | %s |\n", wl, sl, m, list(vs), verdict(m > 1))
 		}
 		for _, wl := range workloadOrder {
 			m, vs, who := ratio(sl, wl, "uniform", higher, func(a, c *result) float64 { return a.Goodput / c.Goodput })
