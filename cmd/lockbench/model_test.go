@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -41,5 +42,43 @@ func TestModel(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestModelFabric runs a short model measurement of every lock kind and
+// checks what the model promises: the measured round trip is exactly the
+// configured flight time plus one verb's service at the memory node, every lock completes cycles, the memory node never
+// executes more verbs than its budget, and the hottest key is seen.
+func TestModelFabric(t *testing.T) {
+	baseline.SetSpinLimit(0)
+	defer baseline.SetSpinLimit(200_000)
+	for _, lock := range lockKinds {
+		t.Run(lock, func(t *testing.T) {
+			o, err := parseRun(strings.Fields("-fabric model -clients 24 -nodes 24 -entries 100000 -keys zipf:0.99 -workload WI "+
+				"-duration 2ms -warmup 500us -progress=false -iops-cap 4000000 -reader-poll rtt -lock "+lock), os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r *result
+			synctest.Test(t, func(t *testing.T) {
+				r, err = runBench(o, io.Discard)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 2 µs of flight plus 0.25 µs of service at 4M verbs/s.
+			if r.RTTus != 2.25 {
+				t.Errorf("measured round trip %vµs, want exactly 2.25µs", r.RTTus)
+			}
+			if r.Cycles == 0 || r.Errors != 0 {
+				t.Errorf("%d cycles, %d errors", r.Cycles, r.Errors)
+			}
+			if r.MemnodeIOPS > 4e6*1.001 {
+				t.Errorf("memory node executed %.0f verbs/s over a budget of 4M", r.MemnodeIOPS)
+			}
+			if r.HotRate <= 0 {
+				t.Error("the hottest key was never asked for")
+			}
+		})
 	}
 }

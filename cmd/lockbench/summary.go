@@ -108,6 +108,7 @@ func renderSummary(o summaryOpts, rs []result) string {
 		p("\n![p99 %s](%s/micro-p99-%s.png)\n\n", s, o.img, s)
 		renderVerbs(&b, cells, s)
 		p("\n![verbs %s](%s/micro-verbs-%s.png)\n", s, o.img, s)
+		renderHotKey(&b, cells, s)
 		if renderFailures(&b, cells, s) {
 			p("\n![failures %s](%s/micro-failure-%s.png)\n", s, o.img, s)
 		}
@@ -243,6 +244,35 @@ func paperCell(v float64) string {
 		return ""
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// renderHotKey shows where the bottleneck sits on skewed keys: how often
+// the hottest key is asked for, and how much of the window it is held. A
+// lock whose hot key is held nearly all the time is bound by that key's
+// serial service (handover after handover); one whose hot key is mostly
+// free is bound elsewhere (the memory node's budget, the clients' CPU).
+func renderHotKey(b *strings.Builder, cells map[cellID]*cell, s string) {
+	var rows []string
+	for _, w := range workloadOrder {
+		for _, k := range keysOf(cells) {
+			if !strings.HasPrefix(k, "zipf") {
+				continue
+			}
+			for _, l := range locksIn(cells, s, false) {
+				c := find(cells, s, l, w, k)
+				if c == nil || c.med.HotRate <= 0 {
+					continue
+				}
+				m := c.med
+				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.1f%% | %.0f%% |", w, l, m.HotRate, 100*m.HotRate/m.Goodput, 100*m.HotBusy))
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nThe hottest key (key 0), Zipf keys: requests per second, their share of all cycles, and the share of the window during which it was held (grant to release returning):\n\n")
+	fmt.Fprintf(b, "| workload | lock | hot key requests/s | share of cycles | held |\n|---|---|---:|---:|---:|\n%s\n", strings.Join(rows, "\n"))
 }
 
 func renderVerbs(b *strings.Builder, cells map[cellID]*cell, s string) {
