@@ -56,6 +56,18 @@ type Config struct {
 	// handovers and hides progress from failure detection. For measurements
 	// only; see docs/shiftlock.md.
 	NoHandoverBump bool
+	// PipelineBump takes the RelCnt bump of a writer-to-writer handover off
+	// the critical path: the Handover is sent at once with the token
+	// Algorithm 3 computes (curRel+1), and the bump's FAA completes in the
+	// background. RelCnt may then lag behind the holder's token; a closing
+	// CAS that finds it so waits and retries, and a run of writers waits
+	// for its bumps to land before it lets readers in (their tokens come
+	// from RelCnt). Fencing tokens stay strictly increasing. Releases
+	// through Guard.BeginRelease (the proxy's batched path) keep the
+	// bump on the path, since it rides in a batch anyway. A failed try's
+	// entry (TryExclusiveTagged) may show a RelCnt below the holder's
+	// token while bumps are in flight.
+	PipelineBump bool
 	// OwnerTags turns on owner recognition (owner.go): exclusive writers
 	// may carry an owner tag, and a writer queued behind a vouched writer
 	// with its tag is told so by message, as is a failed try that asks the
@@ -234,6 +246,7 @@ type Stats struct {
 	Resets                        atomic.Uint64 // waits restarted because the entry was recovered
 	RecoveryRequests              atomic.Uint64
 	ChecksSkipped                 atomic.Uint64 // failure checks a polling waiter did not need: RelCnt had moved
+	BumpWaits                     atomic.Uint64 // releases that waited for pipelined RelCnt bumps to land (Config.PipelineBump)
 	Lost                          atomic.Uint64
 }
 

@@ -68,5 +68,15 @@ func (t Tail) String() string {
 }
 
 // leaped reports whether RelCnt moved so far past base that only a recovery
-// (which adds rdma.RecoveryLeap) can explain it.
-func leaped(now, base uint64) bool { return now-base >= rdma.RecoveryLeap/2 }
+// (which adds rdma.RecoveryLeap) can explain it. The difference is signed:
+// RelCnt may also lag behind what a holder knows it will be, while the bumps
+// of pipelined handovers (Config.PipelineBump) are still in flight, and a
+// lag is not a leap.
+func leaped(now, base uint64) bool { return int64(now-base) >= rdma.RecoveryLeap/2 }
+
+// behind reports whether RelCnt is short of want by a lag that bumps in
+// flight can explain (less than half a recovery's leap).
+func behind(now, want uint64) bool {
+	d := int64(want - now)
+	return d > 0 && d < rdma.RecoveryLeap/2
+}

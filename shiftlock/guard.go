@@ -49,6 +49,10 @@ type Guard struct {
 	own     *owner // its recognition state (Config.OwnerTags)
 	same    bool   // a same-owner answer has arrived
 	granted uint8  // how the grant came: msgHandover, msgModeChanged, or 0
+	// maybeLag: RelCnt may lag behind curRel, bumps of pipelined handovers
+	// being in flight (flagBumpsInFlight). lagging: the closing CAS found
+	// it so, and releaseSlow must wait and close again.
+	maybeLag, lagging bool
 	waited  bool   // the acquisition had to wait for the lock
 }
 

@@ -52,6 +52,11 @@ type message struct {
 // flipped, so the successor may go ahead without reading RelCnt.
 const flagNoReaders = 1
 
+// flagBumpsInFlight on a handover says RelCnt may still lag behind the
+// token it carries: a pipelined bump (Config.PipelineBump) has not landed.
+// Bit 1 of a handover's flags is the epoch.
+const flagBumpsInFlight = 4
+
 func (m message) encode() rdma.Payload {
 	var p rdma.Payload
 	p[0] = m.Kind

@@ -116,6 +116,18 @@ func (g *Guard) BeginRelease(b *rdma.Batch) func(postErr error) (rest func() err
 		}
 	}
 	k := c.releasePlan(g)
+	if k == relPipelined {
+		k = relHandover // in a batch the bump costs no extra round trip
+	}
+	if k == relModeChange && g.maybeLag {
+		// The flip must wait for bumps in flight, which may block.
+		return func(error) (func() error, error) {
+			return func() error {
+				defer c.released(g)
+				return c.finishRelease(g, k)
+			}, nil
+		}
+	}
 	op := -1
 	if k != relSendOnly {
 		v := c.releaseVerb(g, k)

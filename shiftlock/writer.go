@@ -147,7 +147,7 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 		finish := func(ctx context.Context) error {
 			overshot := false
 			if _, err := w.poll(ctx, func(e Entry) bool {
-				if d := e.RelCnt() - target; d != 0 && !leaped(e.RelCnt(), target) && !overshot {
+				if d := int64(e.RelCnt() - target); d > 0 && !leaped(e.RelCnt(), target) && !overshot {
 					// Only a reader released twice, or one not counted, gets
 					// RelCnt past our target: an invariant is broken.
 					overshot = true
@@ -281,6 +281,7 @@ func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m messag
 		// A grant by message comes from a live holder, which a recovery
 		// probe would have found, so no freeze applies here.
 		g.curRel, g.consWrt, g.epoch = m.Value, m.U32, uint64(m.Flags>>1&1)
+		g.maybeLag = m.Flags&flagBumpsInFlight != 0
 		g.granted = msgHandover
 		return nil
 	case msgModeChanged:
@@ -384,8 +385,24 @@ func (c *Client) afterTry(g *Guard, e Entry) bool {
 
 // releaseExclusive is Algorithm 3's WRITER-RELEASE.
 func (c *Client) releaseExclusive(_ context.Context, g *Guard) error {
-	defer c.released(g)
 	k := c.releasePlan(g)
+	if k == relPipelined {
+		return c.releasePipelined(g)
+	}
+	defer c.released(g)
+	return c.finishRelease(g, k)
+}
+
+// finishRelease performs plan k's atomic and what follows it, blocking
+// where it must.
+func (c *Client) finishRelease(g *Guard, k relKind) error {
+	if k == relModeChange && g.maybeLag {
+		// The readers let in by the flip take RelCnt as their token, so
+		// every bump of the run of writers must have landed first.
+		if err := c.awaitBumps(g); err != nil {
+			return err
+		}
+	}
 	var old rdma.U128
 	if k != relSendOnly {
 		op := c.releaseVerb(g, k)
@@ -406,6 +423,53 @@ func (c *Client) releaseExclusive(_ context.Context, g *Guard) error {
 	return err
 }
 
+// releasePipelined hands the lock over at once with the token Algorithm 3
+// computes (curRel+1), and posts the RelCnt bump that makes the entry say
+// so without waiting for it (Config.PipelineBump). Until the bump completes
+// g stays counted as holding the entry, so that a recovery probe cannot
+// reset it under a bump still in flight; the successor knows bumps may be
+// in flight (flagBumpsInFlight) and waits for them where RelCnt matters.
+func (c *Client) releasePipelined(g *Guard) error {
+	op := c.releaseVerb(g, relHandover)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		defer c.released(g)
+		if _, err := c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask); err != nil {
+			c.log.Warn("pipelined RelCnt bump failed; the successor's release will wait for it and then leave the entry to recovery",
+				zap.Uint64("entry", g.entry), zap.Error(err))
+		}
+	}()
+	_, err := c.releaseAfter(g, relPipelined, Entry{})
+	return err
+}
+
+// awaitBumps waits until RelCnt has caught up with g.curRel, i.e. every
+// RelCnt bump of the pipelined handovers before g has landed. They were
+// posted before their handovers were sent, so this is about a round trip;
+// a bump whose poster died before posting it never lands, and past
+// SuccessorTimeout the release gives up and leaves the entry to recovery.
+func (c *Client) awaitBumps(g *Guard) error {
+	c.stats.BumpWaits.Add(1)
+	w := c.newWaiter(g.entry, g.curRel, 0)
+	defer w.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SuccessorTimeout)
+	defer cancel()
+	_, err := w.poll(ctx, func(e Entry) bool { return !behind(e.RelCnt(), g.curRel) })
+	switch {
+	case err == nil:
+		g.maybeLag = false
+		return nil
+	case errors.Is(err, errReset):
+		c.stats.Lost.Add(1)
+		return ErrLost
+	case ctx.Err() != nil:
+		c.stats.Lost.Add(1)
+		return fmt.Errorf("%w: entry %d: RelCnt bumps before relcnt %d never landed", ErrLost, g.entry, g.curRel)
+	}
+	return err
+}
+
 // released ends g's slot once its release is done.
 func (c *Client) released(g *Guard) {
 	c.holds.add(g.entry, -1, 0)
@@ -420,6 +484,7 @@ const (
 	relHandover                  // hand over to the successor: bump RelCnt with one FAA, then Send
 	relModeChange                // N writers in a row: flip the epoch with one FAA, then Send
 	relSendOnly                  // hand over without a bump (Config.NoHandoverBump)
+	relPipelined                 // hand over at once, the bump's FAA posted without waiting (Config.PipelineBump)
 )
 
 // releasePlan picks up a Successor that has already arrived and decides
@@ -433,6 +498,8 @@ func (c *Client) releasePlan(g *Guard) relKind {
 		return relModeChange
 	case c.cfg.NoHandoverBump:
 		return relSendOnly
+	case c.cfg.PipelineBump:
+		return relPipelined
 	}
 	return relHandover
 }
@@ -474,6 +541,12 @@ func (c *Client) releaseAfter(g *Guard, k relKind, e Entry) (slow bool, err erro
 			if e.RelCnt() == g.curRel && e.Epoch() == g.epoch {
 				return false, nil
 			}
+			if e.Epoch() == g.epoch && behind(e.RelCnt(), g.curRel) {
+				// A pipelined bump ahead of us has not landed: the CAS
+				// compared RelCnt too early. Wait for it and close again.
+				g.lagging = true
+				return true, nil
+			}
 			c.stats.Lost.Add(1)
 			if leaped(e.RelCnt(), g.curRel) {
 				return false, ErrLost
@@ -497,32 +570,64 @@ func (c *Client) releaseAfter(g *Guard, k relKind, e Entry) (slow bool, err erro
 		return false, c.handTo(g, m)
 	}
 	rel := g.curRel
-	if k == relHandover {
+	if k == relHandover || k == relPipelined {
 		rel++
 	}
+	flags := uint8(g.epoch<<1) & 2
+	// The successor must know when RelCnt may lag behind its token: our
+	// own bump is in flight, or our FAA found earlier ones still missing.
+	if k == relPipelined || (k == relHandover && behind(e.RelCnt(), g.curRel)) || (k == relSendOnly && g.maybeLag) {
+		flags |= flagBumpsInFlight
+	}
 	c.stats.Handovers.Add(1)
-	return false, c.handTo(g, message{Kind: msgHandover, Entry: g.entry, U32: g.consWrt + 1, Value: rel, Flags: uint8(g.epoch<<1) & 2})
+	return false, c.handTo(g, message{Kind: msgHandover, Entry: g.entry, U32: g.consWrt + 1, Value: rel, Flags: flags})
 }
 
 // releaseSlow finishes a release whose closing CAS lost to a new tail: the
 // writer that swapped it in is announcing itself, and gets the lock handed
 // over like any successor (with one more atomic).
+//
+// It also finishes one whose closing CAS found RelCnt lagging (g.lagging):
+// it waits for the bumps in flight and tries again, which may again find a
+// successor, or lag.
 func (c *Client) releaseSlow(g *Guard) error {
-	if !c.awaitSuccessor(g) {
-		c.log.Warn("successor never announced itself; leaving the entry to recovery", zap.Uint64("entry", g.entry))
-		return nil
-	}
-	k := c.releasePlan(g)
-	var old rdma.U128
-	if k != relSendOnly {
-		op := c.releaseVerb(g, k)
-		var err error
-		if old, err = c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask); err != nil {
+	for {
+		if g.lagging {
+			g.lagging = false
+			if err := c.awaitBumps(g); err != nil {
+				return err
+			}
+		} else if !c.awaitSuccessor(g) {
+			c.log.Warn("successor never announced itself; leaving the entry to recovery", zap.Uint64("entry", g.entry))
+			return nil
+		}
+		k := c.releasePlan(g)
+		if k == relPipelined {
+			k = relHandover // off the fast path, nothing to gain
+		}
+		if k == relModeChange && g.maybeLag {
+			if err := c.awaitBumps(g); err != nil {
+				return err
+			}
+		}
+		var old rdma.U128
+		if k != relSendOnly {
+			op := c.releaseVerb(g, k)
+			var err error
+			if op.Verb == rdma.VerbMaskedCAS {
+				old, err = c.ep.MaskedCAS128(context.Background(), op.Addr, op.Compare, op.CompareMask, op.Value, op.Mask)
+			} else {
+				old, err = c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		slow, err := c.releaseAfter(g, k, Entry(old))
+		if !slow {
 			return err
 		}
 	}
-	_, err := c.releaseAfter(g, k, Entry(old))
-	return err
 }
 
 func (c *Client) handTo(g *Guard, m message) error {

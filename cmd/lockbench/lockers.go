@@ -82,6 +82,10 @@ func makeLockers(kind string, eps []rdma.Endpoint, p params) []shiftlock.Locker 
 			cfg := p.shiftlockCfg
 			cfg.NoHandoverBump = true
 			ls[i] = shiftlock.NewClient(ep, cfg)
+		case "shiftlock-pipelined":
+			cfg := p.shiftlockCfg
+			cfg.PipelineBump = true
+			ls[i] = shiftlock.NewClient(ep, cfg)
 		case "cas-nb":
 			ls[i] = baseline.NewCAS(ep, baseline.CASConfig{})
 		case "cas-b":
@@ -109,8 +113,9 @@ func lockStats(ls []shiftlock.Locker) string {
 			a[4] += s.Lost.Load()
 			a[5] += s.LocalSends.Load()
 			a[6] += s.ChecksSkipped.Load()
+			a[7] += s.BumpWaits.Load()
 		}
-		return fmt.Sprintf("handovers=%d modechanges=%d resets=%d recovery_requests=%d lost=%d local_sends=%d checks_skipped=%d", a[0], a[1], a[2], a[3], a[4], a[5], a[6])
+		return fmt.Sprintf("handovers=%d modechanges=%d resets=%d recovery_requests=%d lost=%d local_sends=%d checks_skipped=%d bump_waits=%d", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7])
 	case *baseline.CAS:
 		for _, l := range ls {
 			s := l.(*baseline.CAS).Stats()

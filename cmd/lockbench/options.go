@@ -16,7 +16,7 @@ import (
 // shiftlock-nobump is ShiftLock without Algorithm 3's RelCnt bump on each
 // handover, as the authors' artifact (which produced the paper's numbers)
 // runs it; see shiftlock.Config.NoHandoverBump.
-var lockKinds = []string{"shiftlock", "shiftlock-nobump", "cas-nb", "cas-b", "dslr", "mcs"}
+var lockKinds = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "cas-nb", "cas-b", "dslr", "mcs"}
 
 // Named workloads of ShiftLock §4.2: the fraction of shared acquisitions.
 var workloads = map[string]float64{"WI": 0.5, "RI": 0.95, "RO": 1.0}

@@ -418,7 +418,7 @@ func renderTargets(b *strings.Builder, rs []result, cells map[cellID]*cell, s st
 		return strings.Join(s, ", ")
 	}
 	fmt.Fprintf(b, "| target | ShiftLock variant | median of per-round ratios | per round | best baseline (rounds) | verdict |\n|---|---|---:|---|---|---|\n")
-	for _, sl := range []string{"shiftlock", "shiftlock-nobump"} {
+	for _, sl := range []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined"} {
 		if locksPresent(cells, s, sl) == 0 {
 			continue
 		}
@@ -489,7 +489,7 @@ func renderCapSweep(b *strings.Builder, img string, cells map[cellID]*cell) {
 			fmt.Fprintf(b, "| %s |%s\n", l, row.String())
 		}
 	}
-	for _, sl := range []string{"shiftlock", "shiftlock-nobump"} {
+	for _, sl := range []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined"} {
 		fmt.Fprintf(b, "| %s / best baseline |", sl)
 		for i, c := range cols {
 			if x := find(cells, c, sl, "WI", zipfKeys(cells)); x != nil && best[i] > 0 {
