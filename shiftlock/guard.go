@@ -53,7 +53,7 @@ type Guard struct {
 	// being in flight (flagBumpsInFlight). lagging: the closing CAS found
 	// it so, and releaseSlow must wait and close again.
 	maybeLag, lagging bool
-	waited  bool   // the acquisition had to wait for the lock
+	waited            bool // the acquisition had to wait for the lock
 }
 
 // Waited reports whether the acquisition had to wait: behind a writer, or
