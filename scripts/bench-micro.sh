@@ -118,6 +118,9 @@ for r in $(seq 1 "$RUNS"); do
 					run tcpfab "${CLIENT[@]}" $LB -run "$r" -lock "$l" -keys "$keys" -workload "$wl" -fabric tcp "${PIN[@]}" $TCP_P
 				fi
 			done
+			# ShiftLock with its RelCnt bump off the handover's path
+			# (shiftlock.Config.PipelineBump), on the model only.
+			model -run "$r" -lock shiftlock-pipelined -keys "$keys" -workload "$wl"
 		done
 	done
 	# The cap sweep: Zipf WI at other budgets, to show where the memory
