@@ -31,6 +31,8 @@ type options struct {
 	fabric string // "memfab", "model", "tcp" (start a memnode process) or "tcp://host:port"
 	// modelVerb and modelSend are the model fabric's latencies (latfab).
 	modelVerb, modelSend time.Duration
+	// modelAtomic is the model's per-address atomic time (latfab).
+	modelAtomic time.Duration
 	clients              int
 	nodes                int
 	entries              uint64
@@ -89,6 +91,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.fabric, "fabric", "memfab", `memfab, model (memfab with an RDMA testbed's timing on a fake clock; see TestModel), tcp (start a memnode process on loopback), or tcp://host:port of a running memnode`)
 	fs.DurationVar(&o.modelVerb, "model-verb", 2*time.Microsecond, "-fabric model: round trip of a one-sided verb")
 	fs.DurationVar(&o.modelSend, "model-send", 3*time.Microsecond, "-fabric model: one-way latency of a Send")
+	fs.DurationVar(&o.modelAtomic, "model-atomic", 0, "-fabric model: how long an atomic occupies its address at the memory node (atomics on one address take turns; 0: no such limit)")
 	fs.IntVar(&o.clients, "clients", 240, "client goroutines, each doing one acquire-release cycle at a time")
 	fs.IntVar(&o.nodes, "nodes", 5, "client nodes (endpoints) the clients are spread over")
 	fs.Uint64Var(&o.entries, "entries", 10_000_000, "lock-table entries (the paper uses 10 million)")

@@ -43,6 +43,12 @@ type Config struct {
 	// IOPS bounds the verbs the memory node executes per second, all
 	// endpoints together; 0 means no bound.
 	IOPS float64
+	// AtomicPerAddr is how long an atomic occupies its address at the
+	// memory node: atomics on one address execute one after another (an
+	// RNIC may let nothing on that address between an atomic's read and
+	// its write), while those on different addresses overlap. 0 means
+	// atomics cost only their share of IOPS.
+	AtomicPerAddr time.Duration
 }
 
 // Fabric is the shared part: the memory node's queue and the mailboxes.
@@ -50,16 +56,17 @@ type Fabric struct {
 	cfg Config
 	per time.Duration // service time of one verb at the memory node
 
-	mu      sync.Mutex
-	nicFree time.Time // when the memory node's queue is next idle
-	boxes   map[rdma.NodeID]*mailbox
-	done    chan struct{} // closed by Close: mailboxes stop
-	closed  bool
+	mu       sync.Mutex
+	nicFree  time.Time               // when the memory node's queue is next idle
+	addrFree map[rdma.Addr]time.Time // when an address's last atomic is done (AtomicPerAddr)
+	boxes    map[rdma.NodeID]*mailbox
+	done     chan struct{} // closed by Close: mailboxes stop
+	closed   bool
 }
 
 // New returns a fabric with cfg's timing.
 func New(cfg Config) *Fabric {
-	f := &Fabric{cfg: cfg, boxes: map[rdma.NodeID]*mailbox{}, done: make(chan struct{})}
+	f := &Fabric{cfg: cfg, boxes: map[rdma.NodeID]*mailbox{}, addrFree: map[rdma.Addr]time.Time{}, done: make(chan struct{})}
 	if cfg.IOPS > 0 {
 		f.per = time.Duration(float64(time.Second) / cfg.IOPS)
 	}
@@ -74,19 +81,33 @@ func (f *Fabric) Config() Config { return f.cfg }
 func (f *Fabric) Wrap(ep rdma.Endpoint) *Endpoint { return &Endpoint{Endpoint: ep, f: f} }
 
 // served waits until the memory node has executed n verbs that arrive now,
-// behind the ones already queued.
-func (f *Fabric) served(n int) {
-	if f.per <= 0 {
+// behind the ones already queued, atomics among them (on atomics' addresses)
+// also behind earlier atomics on the same address.
+func (f *Fabric) served(n int, atomics []rdma.Addr) {
+	if f.per <= 0 && (f.cfg.AtomicPerAddr <= 0 || len(atomics) == 0) {
 		return
 	}
 	f.mu.Lock()
 	now := time.Now()
-	start := f.nicFree
-	if start.Before(now) {
-		start = now
+	done := now
+	if f.per > 0 {
+		start := f.nicFree
+		if start.Before(now) {
+			start = now
+		}
+		f.nicFree = start.Add(time.Duration(n) * f.per)
+		done = f.nicFree
 	}
-	f.nicFree = start.Add(time.Duration(n) * f.per)
-	done := f.nicFree
+	if f.cfg.AtomicPerAddr > 0 {
+		for _, a := range atomics {
+			start := f.addrFree[a]
+			if start.Before(done) {
+				start = done
+			}
+			done = start.Add(f.cfg.AtomicPerAddr)
+			f.addrFree[a] = done
+		}
+	}
 	f.mu.Unlock()
 	sleepUntil(done)
 }
@@ -158,13 +179,14 @@ type Endpoint struct {
 
 var _ rdma.Endpoint = (*Endpoint)(nil)
 
-// verb times n verbs posted together around do, which executes them.
-func (e *Endpoint) verb(n int, do func()) {
+// verb times n verbs posted together around do, which executes them;
+// atomics are the addresses of the atomics among them.
+func (e *Endpoint) verb(n int, atomics []rdma.Addr, do func()) {
 	half := e.f.cfg.Verb / 2
 	if half > 0 {
 		time.Sleep(half)
 	}
-	e.f.served(n)
+	e.f.served(n, atomics)
 	do()
 	if half > 0 {
 		time.Sleep(e.f.cfg.Verb - half)
@@ -172,49 +194,57 @@ func (e *Endpoint) verb(n int, do func()) {
 }
 
 func (e *Endpoint) Read(ctx context.Context, a rdma.Addr, p []byte) (err error) {
-	e.verb(1, func() { err = e.Endpoint.Read(ctx, a, p) })
+	e.verb(1, nil, func() { err = e.Endpoint.Read(ctx, a, p) })
 	return err
 }
 
 func (e *Endpoint) Write(ctx context.Context, a rdma.Addr, p []byte) (err error) {
-	e.verb(1, func() { err = e.Endpoint.Write(ctx, a, p) })
+	e.verb(1, nil, func() { err = e.Endpoint.Write(ctx, a, p) })
 	return err
 }
 
 func (e *Endpoint) CAS(ctx context.Context, a rdma.Addr, cmp, swap uint64) (old uint64, err error) {
-	e.verb(1, func() { old, err = e.Endpoint.CAS(ctx, a, cmp, swap) })
+	e.verb(1, []rdma.Addr{a}, func() { old, err = e.Endpoint.CAS(ctx, a, cmp, swap) })
 	return old, err
 }
 
 func (e *Endpoint) FAA(ctx context.Context, a rdma.Addr, add uint64) (old uint64, err error) {
-	e.verb(1, func() { old, err = e.Endpoint.FAA(ctx, a, add) })
+	e.verb(1, []rdma.Addr{a}, func() { old, err = e.Endpoint.FAA(ctx, a, add) })
 	return old, err
 }
 
 func (e *Endpoint) MaskedCAS64(ctx context.Context, a rdma.Addr, cmp, cmpMask, swap, swapMask uint64) (old uint64, err error) {
-	e.verb(1, func() { old, err = e.Endpoint.MaskedCAS64(ctx, a, cmp, cmpMask, swap, swapMask) })
+	e.verb(1, []rdma.Addr{a}, func() { old, err = e.Endpoint.MaskedCAS64(ctx, a, cmp, cmpMask, swap, swapMask) })
 	return old, err
 }
 
 func (e *Endpoint) MaskedFAA64(ctx context.Context, a rdma.Addr, add, boundary uint64) (old uint64, err error) {
-	e.verb(1, func() { old, err = e.Endpoint.MaskedFAA64(ctx, a, add, boundary) })
+	e.verb(1, []rdma.Addr{a}, func() { old, err = e.Endpoint.MaskedFAA64(ctx, a, add, boundary) })
 	return old, err
 }
 
 func (e *Endpoint) MaskedCAS128(ctx context.Context, a rdma.Addr, cmp, cmpMask, swap, swapMask rdma.U128) (old rdma.U128, err error) {
-	e.verb(1, func() { old, err = e.Endpoint.MaskedCAS128(ctx, a, cmp, cmpMask, swap, swapMask) })
+	e.verb(1, []rdma.Addr{a}, func() { old, err = e.Endpoint.MaskedCAS128(ctx, a, cmp, cmpMask, swap, swapMask) })
 	return old, err
 }
 
 func (e *Endpoint) MaskedFAA128(ctx context.Context, a rdma.Addr, add, boundary rdma.U128) (old rdma.U128, err error) {
-	e.verb(1, func() { old, err = e.Endpoint.MaskedFAA128(ctx, a, add, boundary) })
+	e.verb(1, []rdma.Addr{a}, func() { old, err = e.Endpoint.MaskedFAA128(ctx, a, add, boundary) })
 	return old, err
 }
 
 // Post is one doorbell: one trip each way for the whole batch, and one
 // place in the memory node's queue per verb.
 func (e *Endpoint) Post(ctx context.Context, b *rdma.Batch) (err error) {
-	e.verb(max(b.Len(), 1), func() { err = e.Endpoint.Post(ctx, b) })
+	var atomics []rdma.Addr
+	if e.f.cfg.AtomicPerAddr > 0 {
+		for i := range b.Ops {
+			if b.Ops[i].Verb.IsAtomic() {
+				atomics = append(atomics, b.Ops[i].Addr)
+			}
+		}
+	}
+	e.verb(max(b.Len(), 1), atomics, func() { err = e.Endpoint.Post(ctx, b) })
 	return err
 }
 

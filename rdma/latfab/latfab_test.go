@@ -111,3 +111,44 @@ func TestTiming(t *testing.T) {
 		}
 	})
 }
+
+// TestAtomicsOnOneAddressSerialise: with a per-address atomic time, two
+// atomics on one address take turns, two on different addresses overlap,
+// and READs are not held up by atomics.
+func TestAtomicsOnOneAddressSerialise(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rtt, per = 2 * time.Microsecond, 500 * time.Nanosecond
+		_, eps := setup(t, latfab.Config{Verb: rtt, AtomicPerAddr: per}, 4)
+		ctx := context.Background()
+		at := func(addrs ...rdma.Addr) time.Duration {
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i, a := range addrs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := eps[i].FAA(ctx, a, 1); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			return time.Since(start)
+		}
+		one, other := eps[0].Layout().EntryAddr(1), eps[0].Layout().EntryAddr(2)
+		if d := at(one, one, one); d != rtt+3*per {
+			t.Errorf("three FAAs on one address took %v, want %v", d, rtt+3*per)
+		}
+		if d := at(one, other); d != rtt+per {
+			t.Errorf("FAAs on two addresses took %v, want %v", d, rtt+per)
+		}
+		start := time.Now()
+		var buf [16]byte
+		if err := eps[3].Read(ctx, one, buf[:]); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != rtt {
+			t.Errorf("a READ took %v, want %v", d, rtt)
+		}
+	})
+}
