@@ -33,27 +33,27 @@ type options struct {
 	modelVerb, modelSend time.Duration
 	// modelAtomic is the model's per-address atomic time (latfab).
 	modelAtomic time.Duration
-	clients              int
-	nodes                int
-	entries              uint64
-	keys                 string
-	workload             string  // WI, RI, RO, or "" when readers is given
-	readers              float64 // fraction of shared acquisitions
-	duration             time.Duration
-	warmup               time.Duration
-	hold                 time.Duration
-	failRate             float64
-	recovery             bool // the paper's lease timings and recovery policy, even at failRate 0
-	lease                time.Duration
-	runIndex             int
-	label                string
-	csv                  string
-	seed                 uint64
-	progress             bool
-	timeline             string
-	iopsCap              float64
-	capBurst             time.Duration
-	rttProbes            int
+	clients     int
+	nodes       int
+	entries     uint64
+	keys        string
+	workload    string  // WI, RI, RO, or "" when readers is given
+	readers     float64 // fraction of shared acquisitions
+	duration    time.Duration
+	warmup      time.Duration
+	hold        time.Duration
+	failRate    float64
+	recovery    bool // the paper's lease timings and recovery policy, even at failRate 0
+	lease       time.Duration
+	runIndex    int
+	label       string
+	csv         string
+	seed        uint64
+	progress    bool
+	timeline    string
+	iopsCap     float64
+	capBurst    time.Duration
+	rttProbes   int
 
 	maxOtherCPU float64
 	attempts    int
