@@ -96,7 +96,8 @@ lockbench:
 	$(GO) build -o $(BIN)/lockbench ./cmd/lockbench
 
 # Lock microbenchmarks (ShiftLock Fig. 4-6 and 13): ShiftLock and the
-# baselines on memfab and on a real memnode process, 3 rounds, about 25 min.
+# baselines on the model fabric (the paper's timing on a fake clock), on
+# memfab and on a real memnode process, 3 rounds, about 28 min.
 # Results go to docs/benchmarks.md ("## Microbenchmarks") and docs/img/micro-*.png.
 bench-micro: lockbench memnode
 	./scripts/bench-micro.sh

@@ -17,7 +17,8 @@
 #
 # Writes out/bench-micro/micro.csv (appended), docs/img/micro-*.png and the
 # "micro" section of docs/benchmarks.md. Knobs: RUNS, DURATION, WARMUP, CAP,
-# SWEEP_CAPS, MAX_OTHER. About 25 minutes with the defaults.
+# SWEEP_CAPS, MAX_OTHER, MODEL_VERB, MODEL_SEND, MODEL_IOPS, MODEL_DURATION,
+# MODEL_WARMUP. About 28 minutes with the defaults.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
