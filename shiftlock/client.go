@@ -68,6 +68,10 @@ type Config struct {
 	// entry (TryExclusiveTagged) may show a RelCnt below the holder's
 	// token while bumps are in flight.
 	PipelineBump bool
+	// Trace, if set, is told how long each phase of an acquisition or
+	// release took (the items of the paper's Table 2). For measurements:
+	// it costs two clock reads per phase.
+	Trace func(p Phase, d time.Duration)
 	// OwnerTags turns on owner recognition (owner.go): exclusive writers
 	// may carry an owner tag, and a writer queued behind a vouched writer
 	// with its tag is told so by message, as is a failed try that asks the

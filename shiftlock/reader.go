@@ -34,11 +34,13 @@ func (c *Client) AcquireShared(ctx context.Context, i uint64) (*Guard, error) {
 func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 	g := &Guard{c: c, entry: i, mode: Shared}
 	c.holds.add(i, 1, 0)
+	t0 := c.traceStart()
 	old, err := c.ep.MaskedFAA128(context.Background(), c.layout.EntryAddr(i), fRdrCnt.Value(1), boundary)
 	if err != nil {
 		c.holds.add(i, -1, 0)
 		return nil, err
 	}
+	c.traced(PhaseReaderIA, t0)
 	arrived(ctx)
 	e := Entry(old)
 	if e.Tail().IsZero() {
@@ -54,8 +56,10 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 	qctx, stop := onQueue(ctx)
 	defer stop()
 	var res readResult
+	t0 = c.traceStart()
 	select {
 	case res = <-rw.res:
+		c.traced(PhaseReaderWW, t0)
 	case <-qctx.Done():
 		if c.cfg.testEarlyReaderRelease {
 			// The broken variant: leave now. Our RdrCnt increment is undone
@@ -137,6 +141,8 @@ func (c *Client) TryShared(ctx context.Context, i uint64) (*Guard, bool, error) 
 // RdrCnt and counts the release in RelCnt.
 func (c *Client) releaseShared(ctx context.Context, g *Guard) error {
 	defer c.holds.add(g.entry, -1, 0)
+	t0 := c.traceStart()
 	_, err := c.ep.MaskedFAA128(context.Background(), c.layout.EntryAddr(g.entry), fRdrCnt.Neg(1).Or(fRelCnt.Value(1)), boundary)
+	c.traced(PhaseReleaseIA, t0)
 	return err
 }

@@ -69,11 +69,13 @@ func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, e
 	// Fetch-and-store of TailPtr: a masked CAS with an empty compare mask.
 	// The verb must not be abandoned half-way by the caller's deadline.
 	cmp, cmpMask, swap, swapMask := g.enqueueVerb(false)
+	t0 := c.traceStart()
 	old, err := c.ep.MaskedCAS128(context.Background(), c.layout.EntryAddr(i), cmp, cmpMask, swap, swapMask)
 	if err != nil {
 		c.unopen(g)
 		return nil, err
 	}
+	c.traced(PhaseWriterIA, t0)
 	arrived(ctx)
 	return c.afterEnqueue(ctx, g, Entry(old))
 }
@@ -121,15 +123,21 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 		w := c.newWaiter(i, e.RelCnt(), pred.Node)
 		// The Successor notification carries our owner tag, which is all
 		// owner recognition needs (owner.go).
+		t0 := c.traceStart()
 		c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i, Value: tag}, func(err error) {
 			// The predecessor is gone: only recovery can unblock us.
 			c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
 			w.blockerDown.Store(true)
 		})
+		c.traced(PhaseWriterNP, t0)
 		g.waited = true
 		c.stats.Waits.Add(1)
 		qctx, stop := onQueue(ctx)
+		t0 = c.traceStart()
 		err := c.waitHandover(qctx, g, w)
+		if err == nil {
+			c.traced(PhaseWriterWP, t0)
+		}
 		stop()
 		if err != nil {
 			if errors.Is(err, errSameOwner) {
@@ -163,7 +171,11 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 		g.waited = true
 		c.stats.Waits.Add(1)
 		qctx, stop := onQueue(ctx)
+		t0 := c.traceStart()
 		err := finish(qctx)
+		if err == nil {
+			c.traced(PhaseWriterWR, t0)
+		}
 		stop()
 		w.stop()
 		if err != nil {
@@ -292,7 +304,11 @@ func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m messag
 		if m.Flags&flagNoReaders != 0 {
 			return nil
 		}
+		t0 := c.traceStart()
 		_, err := w.poll(ctx, func(e Entry) bool { return e.RelCnt() == m.Value })
+		if err == nil {
+			c.traced(PhaseWriterWR, t0)
+		}
 		return err
 	}
 	return fmt.Errorf("shiftlock: unexpected message kind %d", m.Kind)
@@ -407,6 +423,7 @@ func (c *Client) finishRelease(g *Guard, k relKind) error {
 	if k != relSendOnly {
 		op := c.releaseVerb(g, k)
 		var err error
+		t0 := c.traceStart()
 		if op.Verb == rdma.VerbMaskedCAS {
 			old, err = c.ep.MaskedCAS128(context.Background(), op.Addr, op.Compare, op.CompareMask, op.Value, op.Mask)
 		} else {
@@ -415,6 +432,7 @@ func (c *Client) finishRelease(g *Guard, k relKind) error {
 		if err != nil {
 			return err
 		}
+		c.traced(PhaseReleaseIA, t0)
 	}
 	slow, err := c.releaseAfter(g, k, Entry(old))
 	if slow {
@@ -632,6 +650,7 @@ func (c *Client) releaseSlow(g *Guard) error {
 
 func (c *Client) handTo(g *Guard, m message) error {
 	succ, entry := g.succ, g.entry
+	defer c.traced(PhaseReleaseNS, c.traceStart())
 	c.send(context.Background(), succ, m, func(err error) {
 		// The successor died after enqueueing. The lock is now stuck behind
 		// a dead node; the writers behind it will have it recovered.

@@ -52,6 +52,8 @@ type result struct {
 	HotRate, HotBusy  float64
 	Abandoned, Errors uint64
 	Params, Stats     string
+	// Phases are ShiftLock's mean phase times in µs ("W-IA=2.05 ...").
+	Phases string
 }
 
 type column struct {
@@ -126,6 +128,7 @@ var columns = []column{
 	ucol("errors", func(r *result) *uint64 { return &r.Errors }),
 	scol("params", func(r *result) *string { return &r.Params }),
 	scol("stats", func(r *result) *string { return &r.Stats }),
+	scol("phases", func(r *result) *string { return &r.Phases }),
 }
 
 // appendCSV appends r to path, writing the header first if the file is new

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,8 @@ type bench struct {
 	start    time.Time
 	timeline []atomic.Uint64
 	hot      hotKey
+	// phases sums ShiftLock's phase times over the window (Table 2).
+	phases [shiftlock.NumPhases]atomic.Int64
 }
 
 // hotKey watches key 0, the hottest of a Zipf or hotspot distribution:
@@ -217,8 +220,13 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 			eps[i] = &cappedEndpoint{Endpoint: ep, lim: lim}
 		}
 	}
-	lockers := makeLockers(o.lock, eps, p)
 	b := &bench{o: o, dist: dist}
+	p.shiftlockCfg.Trace = func(ph shiftlock.Phase, d time.Duration) {
+		if b.phase.Load() == phaseMeasure {
+			b.phases[ph].Add(int64(d))
+		}
+	}
+	lockers := makeLockers(o.lock, eps, p)
 	total := o.warmup + o.duration
 	if o.timeline != "" {
 		b.timeline = make([]atomic.Uint64, int(total/timelineStep)+1)
@@ -293,6 +301,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	r.HotRate = float64(b.hot.requests.Load()) / elapsed.Seconds()
 	r.HotBusy = b.hot.busy.Seconds() / elapsed.Seconds()
 	r.RP50, r.RP99, r.RP999 = percentiles(rh)
+	r.Phases = phaseMeans(&b.phases, wh.TotalCount(), rh.TotalCount())
 	r.WP50, r.WP99, r.WP999 = percentiles(wh)
 	d := after.Sub(before)
 	if cycles1 > cycles0 {
@@ -330,6 +339,31 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 		fmt.Fprintf(stderr, "lockbench: %d errors, first: %v\n", r.Errors, firstErr)
 	}
 	return r, nil
+}
+
+// phaseMeans renders ShiftLock's phase times as means per acquisition of
+// the phase's kind, in µs, as the paper's Table 3 averages them: writer
+// phases over writer acquisitions, reader phases over reader ones, release
+// phases over all. Empty for locks that report no phases.
+func phaseMeans(sums *[shiftlock.NumPhases]atomic.Int64, writes, reads int64) string {
+	var parts []string
+	for ph := range shiftlock.NumPhases {
+		n := writes + reads
+		switch ph {
+		case shiftlock.PhaseWriterIA, shiftlock.PhaseWriterNP, shiftlock.PhaseWriterWP, shiftlock.PhaseWriterWR:
+			n = writes
+		case shiftlock.PhaseReaderIA, shiftlock.PhaseReaderWW:
+			n = reads
+		}
+		if n == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s=%.3f", ph, float64(sums[ph].Load())/float64(n)/1e3))
+	}
+	if len(parts) == 0 || sums[shiftlock.PhaseReleaseIA].Load() == 0 && sums[shiftlock.PhaseWriterIA].Load() == 0 && sums[shiftlock.PhaseReaderIA].Load() == 0 {
+		return ""
+	}
+	return strings.Join(parts, " ")
 }
 
 // memnodeCPU is the memnode process's CPU time so far, or -1.
