@@ -3,6 +3,7 @@ package bank_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,7 +45,9 @@ func TestRedlockRSBehavesLikeTheCrate(t *testing.T) {
 		t.Errorf("one uncontended lock opened %d connections, want 1", n)
 	}
 	after, _ := rdb.InfoMap(ctx, "stats").Result()
-	got := atoi(after["Stats"]["total_connections_received"]) - atoi(before["Stats"]["total_connections_received"])
+	n0, _ := strconv.Atoi(before["Stats"]["total_connections_received"])
+	n1, _ := strconv.Atoi(after["Stats"]["total_connections_received"])
+	got := n1 - n0
 	if got != 1 {
 		t.Errorf("redis-server received %d connections for one lock, want 1", got)
 	}
@@ -105,14 +108,4 @@ func TestRedlockRSBehavesLikeTheCrate(t *testing.T) {
 	if _, err := long.Acquire(short, []bank.LockReq{{Key: "lock:acct:3", Mode: bank.Exclusive}}); !errors.Is(err, bank.ErrNotAcquired) {
 		t.Errorf("acquire of a held lock under a 300 ms context: %v, want ErrNotAcquired", err)
 	}
-}
-
-func atoi(s string) int {
-	n := 0
-	for _, c := range s {
-		if c >= '0' && c <= '9' {
-			n = n*10 + int(c-'0')
-		}
-	}
-	return n
 }

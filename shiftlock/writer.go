@@ -412,17 +412,27 @@ func (c *Client) releaseExclusive(_ context.Context, g *Guard) error {
 // finishRelease performs plan k's atomic and what follows it, blocking
 // where it must.
 func (c *Client) finishRelease(g *Guard, k relKind) error {
+	slow, err := c.releaseStep(g, k)
+	if slow {
+		return c.releaseSlow(g)
+	}
+	return err
+}
+
+// releaseStep performs plan k's atomic, after the bumps in flight when k
+// flips the epoch, and completes what follows it. slow means the release
+// must go on in releaseSlow.
+func (c *Client) releaseStep(g *Guard, k relKind) (slow bool, err error) {
 	if k == relModeChange && g.maybeLag {
 		// The readers let in by the flip take RelCnt as their token, so
 		// every bump of the run of writers must have landed first.
 		if err := c.awaitBumps(g); err != nil {
-			return err
+			return false, err
 		}
 	}
 	var old rdma.U128
 	if k != relSendOnly {
 		op := c.releaseVerb(g, k)
-		var err error
 		t0 := c.traceStart()
 		if op.Verb == rdma.VerbMaskedCAS {
 			old, err = c.ep.MaskedCAS128(context.Background(), op.Addr, op.Compare, op.CompareMask, op.Value, op.Mask)
@@ -430,15 +440,11 @@ func (c *Client) finishRelease(g *Guard, k relKind) error {
 			old, err = c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask)
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		c.traced(PhaseReleaseIA, t0)
 	}
-	slow, err := c.releaseAfter(g, k, Entry(old))
-	if slow {
-		return c.releaseSlow(g)
-	}
-	return err
+	return c.releaseAfter(g, k, Entry(old))
 }
 
 // releasePipelined hands the lock over at once with the token Algorithm 3
@@ -623,25 +629,7 @@ func (c *Client) releaseSlow(g *Guard) error {
 		if k == relPipelined {
 			k = relHandover // off the fast path, nothing to gain
 		}
-		if k == relModeChange && g.maybeLag {
-			if err := c.awaitBumps(g); err != nil {
-				return err
-			}
-		}
-		var old rdma.U128
-		if k != relSendOnly {
-			op := c.releaseVerb(g, k)
-			var err error
-			if op.Verb == rdma.VerbMaskedCAS {
-				old, err = c.ep.MaskedCAS128(context.Background(), op.Addr, op.Compare, op.CompareMask, op.Value, op.Mask)
-			} else {
-				old, err = c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		slow, err := c.releaseAfter(g, k, Entry(old))
+		slow, err := c.releaseStep(g, k)
 		if !slow {
 			return err
 		}
