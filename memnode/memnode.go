@@ -55,7 +55,10 @@ type Config struct {
 	// it is the longest TTL a proxy may grant, and bounds the restart grace.
 	MaxLease time.Duration
 
-	store *store // set by Open: the state kept across restarts
+	// Store keeps the state a later generation needs (set by Open, or by
+	// package ha for a memory node whose state lives in etcd); nil: a
+	// table that nothing outlives.
+	Store StateStore
 
 	Logger *zap.Logger
 }
@@ -142,6 +145,8 @@ type Server struct {
 
 	stats Stats
 
+	deposed atomic.Pointer[string] // why this node may no longer serve, once set
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -224,12 +229,25 @@ func (s *Server) layout() rdma.Layout {
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
 		DeadAfter:         s.cfg.DeadAfter,
 		MaxLease:          s.cfg.MaxLease,
-		Persistent:        s.cfg.store != nil,
+		Persistent:        s.cfg.Store != nil,
+	}
+}
+
+// Depose stops this memory node from serving for good: every verb and every
+// join is refused from now on. A memory node whose state lives in etcd calls
+// it when it can no longer be sure it is the shard's active node, so that a
+// successor's table is the only one anyone can grant on.
+func (s *Server) Depose(why string) {
+	if s.deposed.CompareAndSwap(nil, &why) {
+		s.log.Warn("memory node deposed: refusing every verb", zap.String("why", why))
 	}
 }
 
 // Admit fails for nodes that are not live members: their access is revoked.
 func (s *Server) Admit(n rdma.NodeID) error {
+	if why := s.deposed.Load(); why != nil {
+		return fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnreachable, *why)
+	}
 	if int(n) < len(s.state) {
 		switch nodeState(s.state[n].Load()) {
 		case stateAlive:
@@ -245,6 +263,9 @@ func (s *Server) Admit(n rdma.NodeID) error {
 // not reused while they may still appear in lock entries or in flight.
 func (s *Server) Join(req rdma.JoinRequest) (rdma.JoinReply, error) {
 	now := time.Now()
+	if why := s.deposed.Load(); why != nil {
+		return rdma.JoinReply{}, fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnavailable, *why)
+	}
 	if wait := s.cfg.GraceUntil.Sub(now); wait > 0 {
 		return rdma.JoinReply{}, fmt.Errorf("%w: restart grace, retry in %v", rdma.ErrUnavailable, wait.Round(time.Millisecond))
 	}
@@ -383,18 +404,18 @@ func (s *Server) sweep(now time.Time) {
 // on no horizon the next generation would not know), and the RelCnt high
 // water mark about once a second.
 func (s *Server) persist(now time.Time, maxMs uint64) {
-	st := s.cfg.store
+	st := s.cfg.Store
 	if st == nil {
 		return
 	}
-	cur := st.get()
+	cur := st.Get()
 	hwm := cur.RelHighWater
 	if now.Sub(s.lastScan) >= time.Second {
 		s.lastScan = now
 		hwm = s.scanRelCnt()
 	}
 	if maxMs > cur.MaxHorizonMs || hwm > cur.RelHighWater {
-		err := st.update(func(x *State) bool {
+		err := st.Update(func(x *State) bool {
 			changed := false
 			if maxMs > x.MaxHorizonMs {
 				x.MaxHorizonMs, changed = maxMs, true
@@ -410,7 +431,7 @@ func (s *Server) persist(now time.Time, maxMs uint64) {
 		}
 	}
 	var b [8]byte
-	putU64(b[:], st.get().MaxHorizonMs)
+	putU64(b[:], st.Get().MaxHorizonMs)
 	for id := range s.members {
 		_ = s.nodes.Write(rdma.NodeSlotSize*uint64(id)+rdma.SlotConfirmed, b[:])
 	}
@@ -456,6 +477,9 @@ func (s *Server) observe(m *member, now time.Time) uint64 {
 // no live member holds it and every recently dead member's lease horizon has
 // passed. See docs/recovery-design.md for the argument.
 func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.RecoverReply, error) {
+	if why := s.deposed.Load(); why != nil {
+		return rdma.RecoverReply{}, fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnreachable, *why)
+	}
 	if req.Entry >= s.cfg.Entries {
 		return rdma.RecoverReply{}, fmt.Errorf("%w: entry %d out of range", rdma.ErrBadRequest, req.Entry)
 	}
@@ -549,10 +573,10 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 func (s *Server) reset(req rdma.RecoverRequest, eraOff, entryOff uint64, before rdma.U128) (rdma.RecoverReply, error) {
 	all := rdma.U128{Lo: ^uint64(0), Hi: ^uint64(0)}
 	after := rdma.U128{Lo: 0, Hi: before.Hi + rdma.RecoveryLeap}
-	if st := s.cfg.store; st != nil {
+	if st := s.cfg.Store; st != nil {
 		// The leap outruns the periodic high-water scan: save it first, so
 		// a restart can never start below a token handed out after it.
-		if err := st.update(func(x *State) bool {
+		if err := st.Update(func(x *State) bool {
 			if after.Hi > x.RelHighWater {
 				x.RelHighWater = after.Hi
 				return true

@@ -30,6 +30,37 @@ type State struct {
 
 const stateFile = "memnode-state.json"
 
+// A StateStore keeps the State where the next generation will find it: a
+// directory (Open) or etcd (package ha). The memory node saves a longer
+// horizon before it confirms it to members, and a RelCnt leap before it
+// makes it, so Update must be durable when it returns nil.
+type StateStore interface {
+	// Update applies f to the saved state and saves the result if f
+	// reports a change. On an error nothing was saved.
+	Update(f func(*State) bool) error
+	// Get returns the state last saved.
+	Get() State
+}
+
+// NextGeneration is the state a new generation starts from, given the last
+// saved one (existed is false when nothing was ever saved), and the grace
+// it owes the previous generation: its longest confirmed horizon, stretched
+// by the drift allowance, plus cfg.DeadAfter. Between two saves RelCnt grows
+// by releases only (recoveries save before they leap), far fewer than
+// rdma.RecoveryLeap in any interval, so the new table starts above every
+// fencing token the previous generations may have handed out.
+func NextGeneration(prev State, existed bool, cfg Config) (State, time.Duration) {
+	cfg.defaults()
+	next := prev
+	next.Generation++
+	if !existed {
+		return next, 0
+	}
+	next.RelHighWater = prev.RelHighWater + rdma.RecoveryLeap
+	grace := time.Duration(float64(time.Duration(prev.MaxHorizonMs)*time.Millisecond)*(1+cfg.ClockDrift)) + cfg.DeadAfter
+	return next, grace
+}
+
 // store writes State durably: to a temporary file, fsynced, renamed over
 // the old one, and the directory fsynced, so a crash leaves either record.
 type store struct {
@@ -53,8 +84,8 @@ func (s *store) load() (State, bool, error) {
 	return st, true, nil
 }
 
-// update applies f to the state and saves it if f reports a change.
-func (s *store) update(f func(*State) bool) error {
+// Update applies f to the state and saves it if f reports a change.
+func (s *store) Update(f func(*State) bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := s.st
@@ -92,7 +123,7 @@ func (s *store) update(f func(*State) bool) error {
 	return nil
 }
 
-func (s *store) get() State {
+func (s *store) Get() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st
@@ -115,22 +146,15 @@ func Open(dir string, cfg Config) (Config, error) {
 		return cfg, err
 	}
 	s.st = prev
-	next := prev
-	next.Generation++
-	if existed {
-		// Between two saves RelCnt grows by releases only (recoveries save
-		// before they leap), far fewer than RecoveryLeap in any interval.
-		next.RelHighWater = prev.RelHighWater + rdma.RecoveryLeap
-		horizon := time.Duration(float64(time.Duration(prev.MaxHorizonMs)*time.Millisecond)*(1+cfg.ClockDrift)) + cfg.DeadAfter
-		if until := time.Now().Add(horizon); until.After(cfg.GraceUntil) {
-			cfg.GraceUntil = until
-		}
+	next, grace := NextGeneration(prev, existed, cfg)
+	if until := time.Now().Add(grace); grace > 0 && until.After(cfg.GraceUntil) {
+		cfg.GraceUntil = until
 	}
-	if err := s.update(func(st *State) bool { *st = next; return true }); err != nil {
+	if err := s.Update(func(st *State) bool { *st = next; return true }); err != nil {
 		return cfg, fmt.Errorf("memnode: saving state: %w", err)
 	}
 	cfg.Generation = next.Generation
 	cfg.RelBase = next.RelHighWater
-	cfg.store = s
+	cfg.Store = s
 	return cfg, nil
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: redis-server and
+# Installs what the tests need on a fresh Debian machine: etcd (etcd-server,
+# the coordination service memory nodes fail over through), redis-server and
 # redis-cli (real servers and a real CLI client), and python3-redis (redis-py's
 # Lock, driven as a subprocess). Runs apt only when something is missing and
 # only as root; otherwise it says what to install.
 set -euo pipefail
 
 need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 if ! /usr/bin/python3 -c 'import redis.lock' >/dev/null 2>&1; then

@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 )
 
@@ -38,6 +40,23 @@ type config struct {
 	// knows before any frame (tcpfab auth); the proxies need the same.
 	FabricSecretFile string `yaml:"fabric_secret_file"`
 
+	// Etcd, when set, keeps the shard's control state in etcd instead of
+	// StateDir: the node campaigns for Shard and serves only while it is
+	// the active node; otherwise it waits as a standby (package ha).
+	Etcd []string `yaml:"etcd_endpoints"`
+	// Shard names the lock table this node serves or stands by for.
+	Shard string `yaml:"shard"`
+	// Advertise is the address written to etcd for proxies to dial
+	// (default: the listen address).
+	Advertise string `yaml:"advertise"`
+	// EtcdLease is the etcd lease behind the candidacy: a lost active node
+	// is replaced about this long after it stopped renewing.
+	EtcdLease time.Duration `yaml:"etcd_lease"`
+	// EtcdPatience is how long past its lease's expiry an active node that
+	// cannot reach etcd goes on serving; at most dead_after (0:
+	// dead_after/2).
+	EtcdPatience time.Duration `yaml:"etcd_patience"`
+
 	// CPUProfile (flag only) writes a CPU profile until shutdown.
 	CPUProfile string `yaml:"-"`
 }
@@ -53,6 +72,8 @@ func defaultConfig() config {
 		MetricsListen:     "127.0.0.1:9300",
 		LogLevel:          "info",
 		MaxLease:          10 * time.Minute,
+		Shard:             "default",
+		EtcdLease:         time.Second,
 	}
 }
 
@@ -77,6 +98,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
 	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
 	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served)")
+	var etcd string
+	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints: keep the shard's state there and fail over between memory nodes")
+	fs.StringVar(&f.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
+	fs.StringVar(&f.Advertise, "advertise", "", "address proxies dial, written to etcd (default: the listen address)")
+	fs.DurationVar(&f.EtcdLease, "etcd-lease", cfg.EtcdLease, "etcd lease TTL of the candidacy (whole seconds)")
+	fs.DurationVar(&f.EtcdPatience, "etcd-patience", 0, "serve this long past the lease's expiry while etcd is unreachable (default dead_after/2; at most dead_after)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -117,9 +144,29 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.MaxLease = f.MaxLease
 		case "fabric-secret-file":
 			cfg.FabricSecretFile = f.FabricSecretFile
+		case "etcd":
+			cfg.Etcd = splitList(etcd)
+		case "shard":
+			cfg.Shard = f.Shard
+		case "advertise":
+			cfg.Advertise = f.Advertise
+		case "etcd-lease":
+			cfg.EtcdLease = f.EtcdLease
+		case "etcd-patience":
+			cfg.EtcdPatience = f.EtcdPatience
 		}
 	})
 	return cfg, cfg.validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (c config) validate() error {
@@ -138,6 +185,14 @@ func (c config) validate() error {
 		return fmt.Errorf("dead_after (%v) must exceed heartbeat_interval (%v)", c.DeadAfter, c.HeartbeatInterval)
 	case c.RestartGrace < 0:
 		return errors.New("restart_grace must not be negative")
+	case len(c.Etcd) > 0 && c.StateDir != "":
+		return errors.New("state_dir and etcd_endpoints exclude each other: with etcd the state lives there")
+	case len(c.Etcd) > 0 && ha.ValidShard(c.Shard) != nil:
+		return ha.ValidShard(c.Shard)
+	case len(c.Etcd) > 0 && c.EtcdPatience > c.DeadAfter:
+		return fmt.Errorf("etcd_patience (%v) must not exceed dead_after (%v): a successor's grace only covers that much", c.EtcdPatience, c.DeadAfter)
+	case len(c.Etcd) > 0 && c.EtcdLease < time.Second:
+		return errors.New("etcd_lease must be at least 1s (etcd leases are whole seconds)")
 	}
 	return nil
 }

@@ -85,6 +85,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if cfg.RestartGrace != 0 {
 		log.Warn("restart_grace needs state_dir: without saved state every start is generation 1 with nothing to wait for")
 	}
+	if len(cfg.Etcd) > 0 {
+		return runHA(ctx, cfg, mcfg, log, stdout)
+	}
 	host := memnode.New(mcfg)
 	defer host.Close()
 
@@ -93,18 +96,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("listen", zap.Error(err))
 		return 1
 	}
-	srv := tcpfab.NewServer(host, log)
-	secret, err := procutil.ReadSecret(cfg.FabricSecretFile)
+	srv, err := fabricServer(host, cfg, ln, log)
 	if err != nil {
 		_ = ln.Close()
 		log.Error("fabric secret", zap.Error(err))
 		return 1
-	}
-	if secret != nil {
-		srv.RequireSecret(secret)
-	} else if !isLoopbackAddr(ln.Addr()) {
-		log.Warn("serving the lock table without fabric_secret_file on a non-loopback address: anyone who can reach it can read and write locks",
-			zap.String("addr", ln.Addr().String()))
 	}
 
 	var metrics *procutil.MetricsServer
@@ -137,6 +133,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	_ = srv.Close()
 	metrics.Shutdown()
 	return code
+}
+
+// fabricServer serves host's verbs on ln, behind the fabric secret if one
+// is configured.
+func fabricServer(host *memnode.Server, cfg config, ln net.Listener, log *zap.Logger) (*tcpfab.Server, error) {
+	srv := tcpfab.NewServer(host, log)
+	secret, err := procutil.ReadSecret(cfg.FabricSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	if secret != nil {
+		srv.RequireSecret(secret)
+	} else if !isLoopbackAddr(ln.Addr()) {
+		log.Warn("serving the lock table without fabric_secret_file on a non-loopback address: anyone who can reach it can read and write locks",
+			zap.String("addr", ln.Addr().String()))
+	}
+	return srv, nil
 }
 
 func isLoopbackAddr(a net.Addr) bool {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -46,8 +47,9 @@ restart_grace: 30s
 		Listen: "0.0.0.0:7400", Entries: 2048, Eras: 8, MaxNodes: 100,
 		HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 3 * time.Second,
 		MetricsListen: "", LogLevel: "warn", PaperRecovery: true, StateDir: "/var/lib/memnode", RestartGrace: 30 * time.Second, MaxLease: 10 * time.Minute,
+		Shard: "default", EtcdLease: time.Second,
 	}
-	if cfg != want {
+	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got  %+v\nwant %+v", cfg, want)
 	}
 	// Flags left at their defaults do not override the file.
@@ -57,7 +59,7 @@ restart_grace: 30s
 	}
 	// No file: the documented defaults.
 	cfg, err = parseConfig(nil, &bytes.Buffer{})
-	if err != nil || cfg != defaultConfig() {
+	if err != nil || !reflect.DeepEqual(cfg, defaultConfig()) {
 		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
 	if d := defaultConfig(); d.Listen != "127.0.0.1:7300" || d.Entries != 1<<20 || d.Eras != 64 ||
@@ -71,7 +73,7 @@ func TestShippedConfigParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg != defaultConfig() {
+	if !reflect.DeepEqual(cfg, defaultConfig()) {
 		t.Fatalf("configs/memnode.yaml differs from the built-in defaults:\n file %+v\n code %+v", cfg, defaultConfig())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/resp"
@@ -25,6 +26,12 @@ type config struct {
 	// decides key placement (every proxy must list them in the same order).
 	// Empty: embed one in-process (the single-host quickstart).
 	Memnodes []string `yaml:"memnodes"`
+	// Etcd and Shards replace Memnodes when memory nodes fail over: each
+	// shard's active memory node is read from etcd and followed through a
+	// watch (package ha). Shards are listed in the order that decides key
+	// placement, as Memnodes are.
+	Etcd   []string `yaml:"etcd_endpoints"`
+	Shards []string `yaml:"shards"`
 	// Entries sizes the embedded memory node's lock table.
 	Entries uint64 `yaml:"entries"`
 	// PeerListen is where other proxies deliver handovers to this one. With
@@ -187,10 +194,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	file := fs.String("config", "", "YAML config file (flags override it)")
 	var f config
-	var memnodes stringList
+	var memnodes, etcd, shards stringList
 	var wait string
 	fs.StringVar(&f.Listen, "listen", cfg.Listen, "RESP address (port 0 picks one; the actual address is printed)")
 	fs.Var(&memnodes, "memnode", "memory node address to join (repeat or comma-separate; none: embed one)")
+	fs.Var(&etcd, "etcd", "etcd endpoints holding the shards' active memory nodes (repeat or comma-separate)")
+	fs.Var(&shards, "shard", "shard to join through etcd, in placement order (repeat or comma-separate)")
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
 	fs.StringVar(&f.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
 	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
@@ -235,6 +244,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	over("listen", func() { cfg.Listen = f.Listen })
 	over("memnode", func() { cfg.Memnodes = memnodes })
+	over("etcd", func() { cfg.Etcd = etcd })
+	over("shard", func() { cfg.Shards = shards })
 	over("entries", func() { cfg.Entries = f.Entries })
 	over("peer-listen", func() { cfg.PeerListen = f.PeerListen })
 	over("advertise", func() { cfg.Advertise = f.Advertise })
@@ -285,6 +296,17 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.Entries == 0 {
 		return config{}, errors.New("entries must be positive")
+	}
+	if (len(cfg.Etcd) == 0) != (len(cfg.Shards) == 0) {
+		return config{}, errors.New("etcd_endpoints and shards go together")
+	}
+	if len(cfg.Etcd) > 0 && len(cfg.Memnodes) > 0 {
+		return config{}, errors.New("memnodes and shards exclude each other: with etcd, the memory nodes' addresses are read from it")
+	}
+	for _, sh := range cfg.Shards {
+		if err := ha.ValidShard(sh); err != nil {
+			return config{}, err
+		}
 	}
 	if _, err := cfg.waitPolicy(); err != nil {
 		return config{}, err

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
@@ -29,6 +30,34 @@ type member struct {
 
 	dom   *lockmap.Domain
 	close func()
+
+	// follow, for a shard joined through etcd, tracks its record; at is
+	// the record of the memory node joined.
+	follow *ha.Follower
+	at     ha.Record
+}
+
+// superseded reports why the joined memory node is no longer the shard's
+// active one, or nil. Its successor is admitting members (or soon will), and
+// the old node stops serving by itself; leaving at once saves the wait for
+// its heartbeats to fail.
+func (mb *member) superseded() error {
+	if mb.follow == nil {
+		return nil
+	}
+	cur, ok := mb.follow.Current()
+	if !ok || (cur.Active == mb.at.Active && cur.Generation == mb.at.Generation) {
+		return nil
+	}
+	return fmt.Errorf("shard %s: etcd names %s generation %d, not %s generation %d", mb.name, cur.Active, cur.Generation, mb.at.Active, mb.at.Generation)
+}
+
+// changed is closed when the shard's record changes (never, without etcd).
+func (mb *member) changed() <-chan struct{} {
+	if mb.follow == nil {
+		return nil
+	}
+	return mb.follow.Changed()
 }
 
 // connect joins once and builds the lock domain on top of the endpoint.
@@ -82,6 +111,9 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 		}
 		why := mb.dom.Lease.Dead()
 		if why == nil {
+			why = mb.superseded()
+		}
+		if why == nil {
 			continue
 		}
 		mb.log.Warn("membership lost; rejoining", zap.String("memnode", mb.name), zap.Error(why))
@@ -104,9 +136,17 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 			case <-ctx.Done():
 				return
 			case <-time.After(backoff):
+			case <-mb.changed():
+				// a new active memory node: try it now
 			}
-			if backoff *= 2; backoff > 2*time.Second {
-				backoff = 2 * time.Second
+			// A memory node in its grace answers at once and cheaply; keep
+			// asking often so that the first grant after it is not late.
+			limit := 2 * time.Second
+			if errors.Is(err, rdma.ErrUnavailable) {
+				limit = 200 * time.Millisecond
+			}
+			if backoff *= 2; backoff > limit {
+				backoff = limit
 			}
 		}
 		if lost, err := m.Replace(mb.index, mb.dom); err != nil {
@@ -135,7 +175,7 @@ const (
 // embedded memory node if none is configured.
 func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
-	if len(cfg.Memnodes) == 0 {
+	if len(cfg.Memnodes) == 0 && len(cfg.Shards) == 0 {
 		host := memnode.New(memnode.Config{Entries: cfg.Entries, DeadAfter: soloForever, MaxLease: soloForever, Logger: log.Named("memnode")})
 		fab := memfab.New(host)
 		mb := &member{name: "embedded", solo: true, cfg: slcfg, log: log,
@@ -145,6 +185,9 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 	secret, err := procutil.ReadSecret(cfg.FabricSecretFile)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(cfg.Shards) > 0 {
+		return shardMembers(cfg, slcfg, secret, log)
 	}
 	var ms []*member
 	for i, addr := range cfg.Memnodes {
@@ -165,8 +208,56 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 	return ms, func() {}, nil
 }
 
-// joinAll joins every memory node once at startup, retrying while one is in
-// its restart grace (it answers ErrUnavailable) for up to a minute.
+// shardMembers describes one membership per shard, each joining whichever
+// memory node etcd names as the shard's active one.
+func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Logger) ([]*member, func(), error) {
+	cli, err := ha.Dial(cfg.Etcd, log.Named("etcd"))
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var ms []*member
+	for i, shard := range cfg.Shards {
+		peer, err := nthPort(cfg.PeerListen, i)
+		if err != nil {
+			cancel()
+			_ = cli.Close()
+			return nil, nil, err
+		}
+		mb := &member{index: i, name: shard, cfg: slcfg, log: log, follow: ha.Follow(ctx, cli, shard, log.Named("ha"))}
+		shard := shard
+		mb.join = func(ctx context.Context) (rdma.Endpoint, error) {
+			rec, ok := mb.follow.Current()
+			for !ok {
+				select {
+				case <-ctx.Done():
+					return nil, fmt.Errorf("%w: shard %s: no memory node recorded in etcd yet", rdma.ErrUnavailable, shard)
+				case <-mb.follow.Changed():
+				}
+				rec, ok = mb.follow.Current()
+			}
+			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
+			if err != nil {
+				return nil, fmt.Errorf("shard %s, memnode %s: %w", shard, rec.Active, err)
+			}
+			// A deposed node refuses verbs by itself; the generation check
+			// also keeps away one that etcd no longer names.
+			if g := ep.Layout().Generation; g != rec.Generation {
+				_ = ep.Close()
+				return nil, fmt.Errorf("%w: shard %s: memory node %s is generation %d, etcd names generation %d", rdma.ErrUnavailable, shard, rec.Active, g, rec.Generation)
+			}
+			mb.at = rec
+			return ep, nil
+		}
+		ms = append(ms, mb)
+	}
+	return ms, func() { cancel(); _ = cli.Close() }, nil
+}
+
+// joinAll joins every memory node once at startup, retrying for up to a
+// minute while one is in its restart grace (it answers ErrUnavailable) or,
+// for a shard, while its active memory node cannot be reached (a failover
+// may be under way).
 func joinAll(ctx context.Context, ms []*member) error {
 	for _, mb := range ms {
 		deadline := time.Now().Add(time.Minute)
@@ -177,7 +268,7 @@ func joinAll(ctx context.Context, ms []*member) error {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, rdma.ErrUnavailable) || time.Now().After(deadline) || ctx.Err() != nil {
+			if (!errors.Is(err, rdma.ErrUnavailable) && mb.follow == nil) || time.Now().After(deadline) || ctx.Err() != nil {
 				return err
 			}
 			mb.log.Info("memory node not ready; retrying", zap.String("memnode", mb.name), zap.Error(err))

@@ -116,7 +116,7 @@ func (l *lineLog) String() string {
 func (p *Proc) Output() string { return p.log.String() }
 
 // Start runs bin with args and waits until a line matching ready appears on
-// stdout; its first submatch becomes Addr. The process is killed when t ends.
+// stdout or stderr; its last submatch becomes Addr. The process is killed when t ends.
 func Start(t testing.TB, name, bin string, args []string, ready *regexp.Regexp) *Proc {
 	t.Helper()
 	p, err := Launch(name, bin, args, ready, 30*time.Second)
@@ -161,7 +161,7 @@ func Launch(name, bin string, args []string, ready *regexp.Regexp, timeout time.
 	}
 	wg.Add(2)
 	go scan(stdout, true)
-	go scan(stderr, false)
+	go scan(stderr, true) // etcd says it is ready on stderr
 	go func() {
 		wg.Wait()
 		p.err = p.Cmd.Wait()

@@ -1,0 +1,201 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shiftlock/shiftlock-proxy/ha"
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+func dial(t *testing.T, c *testproc.EtcdCluster) *clientv3.Client {
+	t.Helper()
+	cli, err := ha.Dial(c.Endpoints(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func campaign(t *testing.T, cli *clientv3.Client, name string) *ha.Leader {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: name, Advertise: name, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Resign(context.Background()) })
+	return l
+}
+
+// A successor starts above every fencing token and horizon its predecessor
+// saved, and only the leader can write the record.
+func TestTakeoverStartsANewGeneration(t *testing.T) {
+	etcd := testproc.Etcd(t, 1)
+	cli := dial(t, etcd)
+	ctx := context.Background()
+	base := memnode.Config{DeadAfter: time.Second}
+
+	a := campaign(t, cli, "a:1")
+	cfg, grace, err := a.Take(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Generation != 1 || cfg.RelBase != 0 || grace != 0 || cfg.Store == nil {
+		t.Fatalf("first generation: gen %d base %d grace %v", cfg.Generation, cfg.RelBase, grace)
+	}
+	if err := a.Update(func(s *memnode.State) bool { s.MaxHorizonMs, s.RelHighWater = 1500, 5000; return true }); err != nil {
+		t.Fatal(err)
+	}
+
+	won := make(chan *ha.Leader, 1)
+	go func() {
+		l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "b:2", Advertise: "b:2", TTL: time.Second})
+		if err != nil {
+			t.Error(err)
+			close(won)
+			return
+		}
+		won <- l
+	}()
+	select {
+	case <-won:
+		t.Fatal("a standby won while the active node leads")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	a.Resign(ctx)
+	var b *ha.Leader
+	select {
+	case b = <-won:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby did not win after the leader resigned")
+	}
+	if b == nil {
+		t.FailNow()
+	}
+	defer b.Resign(ctx)
+	cfg, grace, err = b.Take(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Generation != 2 || cfg.RelBase != 5000+rdma.RecoveryLeap {
+		t.Fatalf("second generation: gen %d base %d", cfg.Generation, cfg.RelBase)
+	}
+	horizon, drift := 1500*time.Millisecond, 1e-3
+	if want := time.Duration(float64(horizon)*(1+drift)) + time.Second; grace != want {
+		t.Fatalf("grace %v, want %v", grace, want)
+	}
+	rec, ok, err := ha.Read(ctx, cli, "s1")
+	if err != nil || !ok || rec.Active != "b:2" || rec.Generation != 2 {
+		t.Fatalf("record %+v ok %v err %v", rec, ok, err)
+	}
+	// The deposed leader can no longer write.
+	if err := a.Update(func(s *memnode.State) bool { s.MaxHorizonMs = 99999; return true }); !errors.Is(err, ha.ErrNotLeader) {
+		t.Fatalf("deposed leader's update: %v", err)
+	}
+	if rec, _, _ := ha.Read(ctx, cli, "s1"); rec.MaxHorizonMs == 99999 {
+		t.Fatal("a deposed leader changed the record")
+	}
+}
+
+// A leader whose lease is gone (here revoked, as an expiry would) learns it
+// at its next write and from its keeper, and stops.
+func TestLeaderWithoutLeaseIsDeposed(t *testing.T) {
+	etcd := testproc.Etcd(t, 1)
+	cli := dial(t, etcd)
+	ctx := context.Background()
+	a := campaign(t, cli, "a:1")
+	if _, _, err := a.Take(ctx, memnode.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, ha.Prefix+"s1/election", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("election keys: %v %v", resp, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a leader without its lease did not step down")
+	}
+	if err := a.Update(func(s *memnode.State) bool { s.Generation = 42; return true }); err == nil {
+		t.Fatal("update after losing the lease succeeded")
+	}
+}
+
+// With etcd gone, a leader stops serving within its lease plus patience: it
+// cannot know whether a successor is about to be elected.
+func TestLeaderStopsWhenEtcdIsGone(t *testing.T) {
+	etcd := testproc.Etcd(t, 1)
+	cli := dial(t, etcd)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "a", Advertise: "a", TTL: time.Second, Patience: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Take(ctx, memnode.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	etcd.Kill(0)
+	select {
+	case <-l.Lost():
+		// the last renewal was sent at most TTL/4 before the kill
+		if took := time.Since(killed); took > 1300*time.Millisecond+time.Second {
+			t.Fatalf("stopped %v after etcd died; the bound is TTL + patience", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader kept serving without etcd")
+	}
+}
+
+// A follower sees each new active node.
+func TestFollowerSeesTheNewActive(t *testing.T) {
+	etcd := testproc.Etcd(t, 1)
+	cli := dial(t, etcd)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := ha.Follow(ctx, cli, "s1", nil)
+	changed := f.Changed()
+	if _, ok := f.Current(); ok {
+		t.Fatal("a record before any node was active")
+	}
+	a := campaign(t, cli, "a:1")
+	if _, _, err := a.Take(ctx, memnode.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changed)
+	if rec, ok := f.Current(); !ok || rec.Active != "a:1" || rec.Generation != 1 {
+		t.Fatalf("follower sees %+v %v", rec, ok)
+	}
+	changed = f.Changed()
+	a.Resign(ctx)
+	b := campaign(t, cli, "b:2")
+	if _, _, err := b.Take(ctx, memnode.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changed)
+	if rec, _ := f.Current(); rec.Active != "b:2" || rec.Generation != 2 {
+		t.Fatalf("follower sees %+v", rec)
+	}
+}
+
+func waitChange(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change seen")
+	}
+}
