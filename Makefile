@@ -73,14 +73,18 @@ bench-fabric: memnode
 	$(GO) build -o $(BIN)/fabricbench ./cmd/fabricbench
 	$(BIN)/fabricbench -memnode $(BIN)/memnode -runs 3
 
-# Fault campaign with real processes: a memnode, three proxies, 48 clients,
-# every fault kind in rotation (kill -9, memnode restart, SIGSTOP, toxiproxy
-# link faults). CHAOS_TIME=10m by default; the result goes to
-# docs/reliability.md. A one-minute variant runs in `make test` (package chaos).
+# Fault campaigns with real processes, three proxies and 48 clients, every
+# fault kind in rotation. First one memnode with a state directory (kill -9,
+# memnode restart, SIGSTOP, toxiproxy link faults); then the failover
+# topology (a 3-member etcd, two memnodes: the active one killed -9 and not
+# restarted, or partitioned from proxies and etcd; an etcd member killed).
+# CHAOS_TIME=10m each by default; the results go to docs/reliability.md.
+# One-minute variants run in `make test` (package chaos).
 CHAOS_TIME ?= 10m
-chaos:
+chaos: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/memnode ./cmd/chaos
 	$(BIN)/chaos -duration $(CHAOS_TIME) -doc docs/reliability.md
+	$(BIN)/chaos -ha -duration $(CHAOS_TIME) -doc docs/reliability.md
 
 # The proxy (embedded memory node) against a real redis-server, same run,
 # with CPU per operation of every process. More proxy targets:
@@ -109,6 +113,12 @@ bench-micro: lockbench memnode
 .PHONY: demo bench-bank
 demo: deps
 	./scripts/demo.sh
+
+# The memory node fails over: etcd x3, two memory nodes, one proxy; the
+# active node is killed and a fenced client carries on (about 30 s).
+.PHONY: demo-ha
+demo-ha: deps
+	./scripts/demo-ha.sh
 
 # The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
 # hotspot), the paper setup (redlock-rs, 240 clients) and the safety setup

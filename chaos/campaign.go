@@ -34,12 +34,23 @@ type Config struct {
 	TTL  time.Duration // PX of every acquire
 	Wait time.Duration // WAIT of every acquire
 	Hold time.Duration // longest critical section (uniform in [0, Hold])
+	// Keepers are extra clients that take exclusive locks with twice the
+	// TTL and hold each for most of it (uniform in [TTL, 1.8 TTL]), on
+	// uniformly chosen keys: critical sections that outlast the detection
+	// of a failure, which only a correct grace period keeps apart from the
+	// next holder's. Default 2; negative: none.
+	Keepers int
 
 	DeadAfter, Heartbeat time.Duration
 
 	Duration   time.Duration
 	FaultEvery time.Duration
 	Kinds      []string // faults to inject, in rotation
+
+	// HA runs the failover topology: a three-member etcd and two memory
+	// nodes campaigning for one shard (see topology), with HAFaultKinds.
+	HA      bool
+	EtcdBin string
 
 	// Plant makes one client record a critical section it never locked, to
 	// show that the checker catches a double grant.
@@ -53,6 +64,14 @@ type Config struct {
 var FaultKinds = []string{
 	"kill-proxy", "memnode-restart", "pause-proxy",
 	"mem-latency", "mem-timeout", "mem-reset", "mem-partition",
+	"peer-latency", "peer-partition",
+}
+
+// HAFaultKinds are the faults of an HA campaign. The memory-node link faults
+// act on the active memory node's one link, so they reach every proxy.
+var HAFaultKinds = []string{
+	"kill-proxy", "memnode-kill", "pause-proxy", "etcd-kill",
+	"mem-latency", "memnode-partition", "mem-timeout", "mem-reset",
 	"peer-latency", "peer-partition",
 }
 
@@ -70,6 +89,11 @@ type Result struct {
 	Elapsed       time.Duration
 	MaxAnswer     time.Duration // slowest answered request to a healthy proxy
 	ErrorKinds    map[string]int
+
+	// HA only.
+	Failovers     []time.Duration // memnode-kill or -partition -> first grant by the successor
+	FailoverBound time.Duration
+	Takeovers     int // generations started during the campaign, planned or not
 }
 
 func (c *Config) defaults() {
@@ -94,6 +118,9 @@ func (c *Config) defaults() {
 	if c.Hold == 0 {
 		c.Hold = 10 * time.Millisecond
 	}
+	if c.Keepers == 0 {
+		c.Keepers = 2
+	}
 	if c.DeadAfter == 0 {
 		c.DeadAfter = time.Second
 	}
@@ -105,6 +132,9 @@ func (c *Config) defaults() {
 	}
 	if len(c.Kinds) == 0 {
 		c.Kinds = FaultKinds
+		if c.HA {
+			c.Kinds = HAFaultKinds
+		}
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
@@ -117,11 +147,32 @@ func (c *Config) defaults() {
 // and recovery round trips (the 1 s allowance). A request ends within its
 // WAIT plus the client's own read timeout slack.
 func (c Config) recoveryBound() time.Duration {
-	horizon := maxDur(c.TTL, c.DeadAfter) + c.DeadAfter/4
-	return c.DeadAfter + horizon + time.Second
+	return c.DeadAfter + c.horizon() + time.Second
+}
+
+// horizon is a proxy's lease horizon: its longest TTL plus a quarter of
+// dead_after (and at least dead_after).
+func (c Config) horizon() time.Duration {
+	return maxDur(c.keeperTTL(), c.DeadAfter) + c.DeadAfter/4
+}
+
+// keeperTTL is the keepers' TTL, the longest any client asks for.
+func (c Config) keeperTTL() time.Duration {
+	if c.Keepers > 0 {
+		return 2 * c.TTL
+	}
+	return c.TTL
 }
 
 func (c Config) requestBound() time.Duration { return c.Wait + 2*time.Second }
+
+// failoverBound is issue 13's bound on a memory node failover, from the
+// fault to the first grant by the successor: the lease horizon it must wait
+// out, plus dead_after, plus 2 s for etcd to expire the old lease and for
+// proxies to rejoin.
+func (c Config) failoverBound() time.Duration {
+	return c.horizon() + c.DeadAfter + 2*time.Second
+}
 
 func maxDur(a, b time.Duration) time.Duration {
 	if a > b {
@@ -139,6 +190,8 @@ type campaign struct {
 	history []Op
 	faulty  []faultWindow // when each proxy was being faulted
 	kills   []killEvent
+	fails   []failoverEvent
+	etcdN   int // the next etcd member to kill
 
 	ops, granted, busy, errs, stuck atomic.Int64
 	maxAnswer                       atomic.Int64
@@ -155,6 +208,14 @@ type killEvent struct {
 	proxy int
 	at    time.Time
 	keys  []string // keys its clients held when it died
+}
+
+// failoverEvent is a fault that deposed the active memory node. Tokens above
+// above are the successor's: its table starts a recovery leap above the
+// high-water mark the deposed generation had saved.
+type failoverEvent struct {
+	at    time.Time
+	above uint64
 }
 
 type quiet struct{}
@@ -176,6 +237,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	c := &campaign{cfg: cfg, topo: topo, faults: map[string]int{}, errKinds: map[string]int{}}
+	var firstGen uint64
+	if cfg.HA {
+		rec, err := topo.record(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		firstGen = rec.Generation
+	}
 	start := time.Now()
 	end := start.Add(cfg.Duration)
 	runCtx, cancel := context.WithDeadline(ctx, end)
@@ -194,7 +263,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	zipf := keydist.NewZipf(uint64(cfg.Keys), cfg.Zipf)
 	held := make([]atomic.Int64, cfg.Proxies) // locks currently held through each proxy
 	var heldKeys sync.Map                     // "proxy/key" -> count
-	for w := 0; w < cfg.Clients; w++ {
+	for w := 0; w < cfg.Clients+max(cfg.Keepers, 0); w++ {
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
@@ -213,6 +282,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	c.mu.Lock()
 	hist := append([]Op(nil), c.history...)
 	kills := append([]killEvent(nil), c.kills...)
+	fails := append([]failoverEvent(nil), c.fails...)
 	c.mu.Unlock()
 	res := Result{
 		Ops: int(c.ops.Load()), Granted: int(c.granted.Load()), Busy: int(c.busy.Load()),
@@ -221,6 +291,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Elapsed: elapsed, MaxAnswer: time.Duration(c.maxAnswer.Load()), ErrorKinds: c.errKinds,
 	}
 	res.Recoveries = recoveries(hist, kills)
+	if cfg.HA {
+		res.Failovers, res.FailoverBound = failovers(hist, fails), cfg.failoverBound()
+		if rec, err := topo.record(context.Background()); err == nil {
+			res.Takeovers = int(rec.Generation - firstGen)
+		}
+	}
 	return res, nil
 }
 
@@ -228,16 +304,24 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // what it believed.
 func (c *campaign) client(ctx context.Context, id int, rc *redis.Client, proxy int, zipf *keydist.Zipf, held *atomic.Int64, heldKeys *sync.Map) {
 	r := rand.New(rand.NewPCG(c.cfg.Seed, uint64(id)))
+	keeper := id >= c.cfg.Clients
 	name := fmt.Sprintf("c%d@p%d", id, proxy)
+	ttl := c.cfg.TTL
+	if keeper {
+		name, ttl = "keeper"+name[1:], c.cfg.keeperTTL()
+	}
 	for seq := 0; ctx.Err() == nil; seq++ {
 		key := "chaos:" + strconv.FormatUint(zipf.Next(r), 10)
 		shared := r.Float64() < c.cfg.Shared
+		if keeper {
+			key, shared = "chaos:"+strconv.Itoa(r.IntN(c.cfg.Keys)), false
+		}
 		token := fmt.Sprintf("%s-%d", name, seq)
 		args := []any{"LOCK.ACQUIRE", key, token}
 		if shared {
 			args = append(args, "SHARED")
 		}
-		args = append(args, "PX", c.cfg.TTL.Milliseconds(), "WAIT", c.cfg.Wait.Milliseconds())
+		args = append(args, "PX", ttl.Milliseconds(), "WAIT", c.cfg.Wait.Milliseconds())
 		sent := time.Now()
 		c.ops.Add(1)
 		fence, err := rc.Do(context.Background(), args...).Uint64()
@@ -265,11 +349,14 @@ func (c *campaign) client(ctx context.Context, id int, rc *redis.Client, proxy i
 		n, _ := heldKeys.LoadOrStore(hk, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 		hold := time.Duration(r.Int64N(int64(c.cfg.Hold) + 1))
+		if keeper {
+			hold = c.cfg.TTL + time.Duration(r.Int64N(int64(c.cfg.TTL*4/5)+1))
+		}
 		sleep(ctx, hold)
 		released := time.Now()
 		n.(*atomic.Int64).Add(-1)
 		held.Add(-1)
-		c.record(Op{Client: name, Key: key, Shared: shared, Fence: fence, Sent: sent, Granted: granted, Released: released, TTL: c.cfg.TTL})
+		c.record(Op{Client: name, Key: key, Shared: shared, Fence: fence, Sent: sent, Granted: granted, Released: released, TTL: ttl})
 		rctx, cancel := context.WithTimeout(context.Background(), c.cfg.requestBound())
 		rc.Do(rctx, "LOCK.RELEASE", key, token)
 		cancel()
@@ -360,6 +447,27 @@ func recoveries(hist []Op, kills []killEvent) []time.Duration {
 					break
 				}
 			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// failovers measures, for every fault that deposed the active memory node,
+// how long until the first grant from its successor's table.
+func failovers(hist []Op, fails []failoverEvent) []time.Duration {
+	var out []time.Duration
+	for _, f := range fails {
+		var first time.Duration = -1
+		for _, o := range hist {
+			if o.Fence > f.above && o.Granted.After(f.at) {
+				if d := o.Granted.Sub(f.at); first < 0 || d < first {
+					first = d
+				}
+			}
+		}
+		if first >= 0 {
+			out = append(out, first)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })

@@ -54,6 +54,51 @@ func TestEveryFaultKind(t *testing.T) {
 	}
 }
 
+// TestEveryHAFaultKind is the failover campaign's short version: a real
+// three-member etcd and two memory nodes, every HA fault kind once (the
+// active memory node killed, then partitioned from proxies and etcd; an etcd
+// member killed), and a clean history with every failover within its bound.
+func TestEveryHAFaultKind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign")
+	}
+	bin, err := testproc.EtcdBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := campaignConfig(t)
+	cfg.HA, cfg.EtcdBin = true, bin
+	cfg.FaultEvery = 6 * time.Second
+	cfg.Duration = time.Duration(len(HAFaultKinds)+1) * cfg.FaultEvery
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + Report(cfg, res))
+	for _, k := range HAFaultKinds {
+		if res.Faults[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	if len(res.Violations) > 0 {
+		t.Errorf("%d violations, first: %v", len(res.Violations), res.Violations[0])
+	}
+	if res.Stuck > 0 {
+		t.Errorf("%d stuck requests", res.Stuck)
+	}
+	if len(res.Failovers) < 2 {
+		t.Errorf("%d failovers measured, want the kill's and the partition's", len(res.Failovers))
+	}
+	for _, d := range res.Failovers {
+		if d > res.FailoverBound {
+			t.Errorf("failover took %v, beyond the bound %v", d, res.FailoverBound)
+		}
+	}
+	if res.Granted == 0 {
+		t.Fatal("no lock was granted")
+	}
+}
+
 // TestPlantedDoubleGrantIsCaught: a client that records a critical section
 // without the lock, on the hottest key, must show up as a violation.
 func TestPlantedDoubleGrantIsCaught(t *testing.T) {

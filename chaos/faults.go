@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
 // injectFaults runs one fault every FaultEvery, rotating through the kinds,
@@ -26,7 +28,7 @@ func (c *campaign) injectFaults(ctx context.Context, held []atomic.Int64, heldKe
 		err := c.inject(ctx, kind, target, heldKeys)
 		end := time.Now()
 		proxy := target
-		if kind == "memnode-restart" {
+		if c.everyProxy(kind) {
 			proxy = -1
 		}
 		c.mu.Lock()
@@ -42,6 +44,18 @@ func (c *campaign) injectFaults(ctx context.Context, held []atomic.Int64, heldKe
 		}
 		sleep(ctx, c.cfg.FaultEvery-time.Since(start))
 	}
+}
+
+// everyProxy reports whether a fault kind reaches every proxy: memory node
+// and etcd faults, and, in HA campaigns, faults on the memory node's link.
+func (c *campaign) everyProxy(kind string) bool {
+	switch {
+	case kind == "memnode-restart" || kind == "memnode-kill" || kind == "memnode-partition" || kind == "etcd-kill":
+		return true
+	case c.cfg.HA && strings.HasPrefix(kind, "mem-"):
+		return true
+	}
+	return false
 }
 
 func busiest(held []atomic.Int64) int {
@@ -84,6 +98,14 @@ func (c *campaign) inject(ctx context.Context, kind string, target int, heldKeys
 		sleep(ctx, c.cfg.DeadAfter+c.cfg.DeadAfter*3/2)
 		pp.p.Signal(syscall.SIGCONT)
 		return nil
+	case "memnode-kill", "memnode-partition":
+		return c.depose(ctx, kind)
+	case "etcd-kill":
+		k := c.etcdN % t.etcd.Size()
+		c.etcdN++
+		t.etcd.Kill(k)
+		sleep(ctx, 4*time.Second)
+		return t.etcd.Start(k)
 	case "mem-latency", "peer-latency":
 		return c.toxic(ctx, kind, target, `{"name":"lat","type":"latency","stream":"downstream","attributes":{"latency":60,"jitter":40}}`, 3*time.Second)
 	case "mem-timeout":
@@ -92,7 +114,7 @@ func (c *campaign) inject(ctx context.Context, kind string, target int, heldKeys
 	case "mem-reset":
 		return c.toxic(ctx, kind, target, `{"name":"rst","type":"reset_peer","stream":"downstream","attributes":{"timeout":0}}`, 500*time.Millisecond)
 	case "mem-partition", "peer-partition":
-		l := t.links[linkName(kind, target)]
+		l := t.links[c.linkName(kind, target)]
 		l.Stop()
 		sleep(ctx, 3*time.Second)
 		return l.Start()
@@ -102,15 +124,74 @@ func (c *campaign) inject(ctx context.Context, kind string, target int, heldKeys
 
 type atomicInt = atomic.Int64
 
-func linkName(kind string, target int) string {
-	if strings.HasPrefix(kind, "peer-") {
+// depose takes the active memory node away, by kill -9 or by cutting every
+// link it has (to the proxies and to each etcd member), waits for the
+// standby to take over, and then brings the old node back as a standby:
+// restarted after a kill, reconnected after a partition, where it must find
+// itself deposed.
+func (c *campaign) depose(ctx context.Context, kind string) error {
+	t := c.topo
+	mp, rec, err := t.active(ctx)
+	if err != nil {
+		return err
+	}
+	var cut []string
+	at := time.Now()
+	if kind == "memnode-kill" {
+		mp.p.Kill()
+	} else {
+		cut = append(cut, fmt.Sprintf("memnode-%d", mp.j))
+		for k := range mp.etcdTx {
+			cut = append(cut, fmt.Sprintf("etcd-%d-%d", mp.j, k))
+		}
+		for _, name := range cut {
+			t.links[name].Stop()
+		}
+	}
+	c.mu.Lock()
+	c.fails = append(c.fails, failoverEvent{at: at, above: rec.RelHighWater + rdma.RecoveryLeap})
+	c.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	var took error
+	for {
+		if now, err := t.record(ctx); err == nil && now.Generation > rec.Generation {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			took = fmt.Errorf("no takeover within 30 s of %s on memnode-%d", kind, mp.j)
+			break
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+	sleep(ctx, time.Second)
+	for _, name := range cut {
+		if err := t.links[name].Start(); err != nil {
+			return err
+		}
+	}
+	if kind == "memnode-kill" {
+		if err := t.startHAMemnode(mp, memnodeStandby); err != nil {
+			return err
+		}
+	}
+	return took
+}
+
+func (c *campaign) linkName(kind string, target int) string {
+	switch {
+	case strings.HasPrefix(kind, "peer-"):
 		return fmt.Sprintf("peer-%d", target)
+	case c.cfg.HA:
+		if mp, _, err := c.topo.active(context.Background()); err == nil {
+			return fmt.Sprintf("memnode-%d", mp.j)
+		}
+		return "memnode-0"
 	}
 	return fmt.Sprintf("mem-%d", target)
 }
 
 func (c *campaign) toxic(ctx context.Context, kind string, target int, spec string, d time.Duration) error {
-	l := c.topo.links[linkName(kind, target)]
+	l := c.topo.links[c.linkName(kind, target)]
 	w, err := l.Toxics.AddToxicJson(strings.NewReader(spec))
 	if err != nil {
 		return err

@@ -18,10 +18,20 @@ func Report(cfg Config, r Result) string {
 	if out, err := exec.Command("sh", "-c", "lscpu | sed -n 's/^Model name:[[:space:]]*//p'").Output(); err == nil && len(out) > 0 {
 		model = strings.TrimSpace(string(out))
 	}
-	w("## Fault campaign (`make chaos`)\n\n")
-	w("Run on %s, %s, %d cores. %v campaign: 1 memnode process (with a state directory), %d proxy processes, %d clients on %d keys (Zipf %.2f), %.0f%% shared acquires, TTL %v, WAIT %v, memnode dead_after %v; one fault every %v, rotating through: %s.\n\n",
-		time.Now().Format("2006-01-02"), model, runtime.NumCPU(), r.Elapsed.Round(time.Second), cfg.Proxies, cfg.Clients, cfg.Keys, cfg.Zipf,
-		cfg.Shared*100, cfg.TTL, cfg.Wait, cfg.DeadAfter, cfg.FaultEvery, strings.Join(cfg.Kinds, ", "))
+	mems := "1 memnode process (with a state directory)"
+	if cfg.HA {
+		w("## Fault campaign with failover (`make chaos`, HA)\n\n")
+		mems = "a 3-member etcd, 2 memnode processes campaigning for one shard (etcd lease 1s)"
+	} else {
+		w("## Fault campaign (`make chaos`)\n\n")
+	}
+	keepers := ""
+	if cfg.Keepers > 0 {
+		keepers = fmt.Sprintf(", and %d keepers holding exclusive locks on uniform keys for %v-%v with TTL %v", cfg.Keepers, cfg.TTL, cfg.TTL*9/5, cfg.keeperTTL())
+	}
+	w("Run on %s, %s, %d cores. %v campaign: %s, %d proxy processes, %d clients on %d keys (Zipf %.2f), %.0f%% shared acquires, TTL %v, WAIT %v%s; memnode dead_after %v; one fault every %v, rotating through: %s.\n\n",
+		time.Now().Format("2006-01-02"), model, runtime.NumCPU(), r.Elapsed.Round(time.Second), mems, cfg.Proxies, cfg.Clients, cfg.Keys, cfg.Zipf,
+		cfg.Shared*100, cfg.TTL, cfg.Wait, keepers, cfg.DeadAfter, cfg.FaultEvery, strings.Join(cfg.Kinds, ", "))
 	w("| measure | value |\n|---|---|\n")
 	w("| acquire requests | %d |\n", r.Ops)
 	w("| granted / busy (nil after WAIT) / refused with an error | %d / %d / %d |\n", r.Granted, r.Busy, r.Errors)
@@ -50,6 +60,17 @@ func Report(cfg Config, r Result) string {
 			map[bool]string{true: "met", false: "**exceeded**"}[r.Recoveries[n-1] <= r.RecoveryBound])
 	} else {
 		w("| recovery after kill -9 of a proxy holding locks | no killed proxy held a lock at the time |\n")
+	}
+	if cfg.HA {
+		if n := len(r.Failovers); n > 0 {
+			w("| failover (memnode-kill or -partition of the active memory node -> first grant from its successor's table), %d failovers: p50 / max | %v / %v (bound horizon + dead_after + 2 s = %v: %s) |\n",
+				n, r.Failovers[n/2].Round(time.Millisecond), r.Failovers[n-1].Round(time.Millisecond), r.FailoverBound,
+				map[bool]string{true: "met", false: "**exceeded**"}[r.Failovers[n-1] <= r.FailoverBound])
+		} else {
+			w("| failover | no failover was measured |\n")
+		}
+		planned := r.Faults["memnode-kill"] + r.Faults["memnode-partition"]
+		w("| generations started (takeovers) | %d (%d from injected faults, %d unplanned) |\n", r.Takeovers, planned, r.Takeovers-planned)
 	}
 	if len(r.Violations) > 0 {
 		w("\nFirst violations:\n\n")

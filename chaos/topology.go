@@ -1,17 +1,22 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/freeport"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
@@ -20,6 +25,12 @@ import (
 // memnode, and every other proxy reaches it, through a toxiproxy link that
 // faults can poison: "mem-i" carries proxy i's verbs, "peer-i" carries the
 // handovers other proxies send to proxy i.
+//
+// With HA, a three-member etcd holds the shard, and two memory nodes
+// campaign for it. Each memory node is reached through one link, "memnode-j"
+// (the address it advertises in etcd), and reaches each etcd member k
+// through "etcd-j-k", so that a partition can isolate it from proxies and
+// etcd alike. Proxies reach etcd directly.
 type topology struct {
 	cfg     Config
 	memPort int
@@ -28,6 +39,18 @@ type topology struct {
 	links   map[string]*toxiproxy.Proxy
 	tox     *toxiproxy.ApiServer
 	mu      sync.Mutex
+
+	etcd    *testproc.EtcdCluster
+	etcdCli *clientv3.Client
+	mems    []*memProc
+}
+
+// memProc is one memory node of an HA topology.
+type memProc struct {
+	j        int
+	port, tx int // real listener, and the toxiproxy port it advertises
+	etcdTx   []int
+	p        *testproc.Proc
 }
 
 type proxyProc struct {
@@ -54,15 +77,109 @@ func newTopology(cfg Config) (*topology, error) {
 				return nil, err
 			}
 		}
-		if err := t.link(fmt.Sprintf("mem-%d", i), pp.memTx, t.memPort); err != nil {
-			return nil, err
+		if !cfg.HA {
+			if err := t.link(fmt.Sprintf("mem-%d", i), pp.memTx, t.memPort); err != nil {
+				return nil, err
+			}
 		}
 		if err := t.link(fmt.Sprintf("peer-%d", i), pp.peerTx, pp.peerPort); err != nil {
 			return nil, err
 		}
 		t.proxies = append(t.proxies, pp)
 	}
+	if cfg.HA {
+		if err := t.newHA(); err != nil {
+			t.stop()
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// haMemnodes is the number of memory nodes campaigning for the shard.
+const haMemnodes = 2
+
+func (t *topology) newHA() error {
+	etcd, err := testproc.NewEtcdCluster(t.cfg.EtcdBin, filepath.Join(t.cfg.WorkDir, "etcd"), 3)
+	if err != nil {
+		return err
+	}
+	t.etcd = etcd
+	if t.etcdCli, err = ha.Dial(etcd.Endpoints(), nil); err != nil {
+		return err
+	}
+	for j := 0; j < haMemnodes; j++ {
+		mp := &memProc{j: j}
+		for _, p := range []*int{&mp.port, &mp.tx} {
+			if *p, err = freeport.Pick(); err != nil {
+				return err
+			}
+		}
+		if err := t.link(fmt.Sprintf("memnode-%d", j), mp.tx, mp.port); err != nil {
+			return err
+		}
+		for k, ep := range etcd.Endpoints() {
+			port, err := freeport.Pick()
+			if err != nil {
+				return err
+			}
+			_, up, _ := strings.Cut(ep, ":")
+			upPort, _ := strconv.Atoi(up)
+			if err := t.link(fmt.Sprintf("etcd-%d-%d", j, k), port, upPort); err != nil {
+				return err
+			}
+			mp.etcdTx = append(mp.etcdTx, port)
+		}
+		t.mems = append(t.mems, mp)
+	}
+	return nil
+}
+
+var memnodeStandby = regexp.MustCompile(`memnode standby for shard \S+ at (\S+)`)
+
+// startHAMemnode starts memory node j; ready tells whether to wait until it
+// leads (testproc.MemnodeReady) or only until it stands by.
+func (t *topology) startHAMemnode(mp *memProc, ready *regexp.Regexp) error {
+	var eps []string
+	for _, p := range mp.etcdTx {
+		eps = append(eps, addr(p))
+	}
+	args := []string{"-listen", addr(mp.port), "-advertise", addr(mp.tx), "-metrics", "", "-log-level", t.cfg.logLevel(),
+		"-dead-after", t.cfg.DeadAfter.String(), "-heartbeat", t.cfg.Heartbeat.String(),
+		"-entries", "65536", "-etcd", strings.Join(eps, ",")}
+	p, err := testproc.Launch(fmt.Sprintf("memnode-%d", mp.j), t.cfg.MemnodeBin, args, ready, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	mp.p = p
+	t.mu.Unlock()
+	return nil
+}
+
+// record is the shard's record in etcd.
+func (t *topology) record(ctx context.Context) (ha.Record, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rec, ok, err := ha.Read(rctx, t.etcdCli, "default")
+	if err == nil && !ok {
+		err = fmt.Errorf("no shard record in etcd")
+	}
+	return rec, err
+}
+
+// active is the memory node the shard's record names.
+func (t *topology) active(ctx context.Context) (*memProc, ha.Record, error) {
+	rec, err := t.record(ctx)
+	if err != nil {
+		return nil, rec, err
+	}
+	for _, mp := range t.mems {
+		if addr(mp.tx) == rec.Active {
+			return mp, rec, nil
+		}
+	}
+	return nil, rec, fmt.Errorf("etcd names %s, no memory node of this campaign", rec.Active)
 }
 
 func (t *topology) link(name string, listen, upstream int) error {
@@ -90,8 +207,13 @@ func (t *topology) startMemnode() error {
 
 func (t *topology) startProxy(pp *proxyProc) error {
 	args := []string{"-listen", addr(pp.respPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
-		"-memnode", addr(pp.memTx), "-peer-listen", addr(pp.peerPort), "-advertise", addr(pp.peerTx),
+		"-peer-listen", addr(pp.peerPort), "-advertise", addr(pp.peerTx),
 		"-acquire-wait", t.cfg.Wait.String(), "-name", fmt.Sprintf("proxy-%d", pp.i)}
+	if t.cfg.HA {
+		args = append(args, "-etcd", strings.Join(t.etcd.Endpoints(), ","), "-shard", "default")
+	} else {
+		args = append(args, "-memnode", addr(pp.memTx))
+	}
 	args = append(args, t.cfg.ProxyArgs...)
 	// A restarted memnode refuses joins during its grace; the proxy retries
 	// for up to a minute before it gives up.
@@ -109,7 +231,17 @@ func (t *topology) start() error {
 	if err := os.MkdirAll(t.cfg.WorkDir, 0o755); err != nil {
 		return err
 	}
-	if err := t.startMemnode(); err != nil {
+	if t.cfg.HA {
+		// The first leads; the other stands by.
+		if err := t.startHAMemnode(t.mems[0], testproc.MemnodeReady); err != nil {
+			return err
+		}
+		for _, mp := range t.mems[1:] {
+			if err := t.startHAMemnode(mp, memnodeStandby); err != nil {
+				return err
+			}
+		}
+	} else if err := t.startMemnode(); err != nil {
 		return err
 	}
 	for _, pp := range t.proxies {
@@ -128,6 +260,17 @@ func (t *topology) stop() {
 	}
 	if t.mem != nil {
 		t.mem.Kill()
+	}
+	for _, mp := range t.mems {
+		if mp.p != nil {
+			mp.p.Kill()
+		}
+	}
+	if t.etcdCli != nil {
+		_ = t.etcdCli.Close()
+	}
+	if t.etcd != nil {
+		t.etcd.Close()
 	}
 	for _, l := range t.links {
 		l.Stop()

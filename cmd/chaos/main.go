@@ -1,5 +1,7 @@
 // Command chaos runs a fault campaign against real processes on loopback —
-// one memnode, several proxies, many clients on a skewed key set in shared
+// one memnode (or, with -ha, a 3-member etcd and two memory nodes that fail
+// over: kill -9 or partition of the active one, kill -9 of an etcd member),
+// several proxies, many clients on a skewed key set in shared
 // and exclusive mode — injecting kill -9 of proxies holding locks, memnode
 // restarts, link faults through toxiproxy (latency, timeouts, resets,
 // partitions, on proxy-memnode and proxy-proxy links) and paused proxies.
@@ -23,6 +25,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/chaos"
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
 func main() {
@@ -40,12 +43,27 @@ func main() {
 	flag.DurationVar(&cfg.DeadAfter, "dead-after", time.Second, "memnode dead_after")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "campaign length")
 	flag.DurationVar(&cfg.FaultEvery, "fault-every", 8*time.Second, "time between faults")
-	kinds := flag.String("faults", strings.Join(chaos.FaultKinds, ","), "fault kinds, in rotation")
+	kinds := flag.String("faults", "", "fault kinds, in rotation (default: every kind of the topology)")
+	flag.BoolVar(&cfg.HA, "ha", false, "failover topology: a 3-member etcd and 2 memory nodes campaigning for the shard")
+	flag.StringVar(&cfg.EtcdBin, "etcd-bin", "", "etcd binary, with -ha (default: etcd on PATH)")
 	flag.BoolVar(&cfg.Plant, "plant-double-grant", false, "record a critical section taken without the lock: the checker must flag it")
 	doc := flag.String("doc", "", "rewrite the chaos section of this Markdown file")
 	frontend := flag.String("frontend", "", `RESP front end of every proxy, "gnet" or "redcon" (default: the proxy's)`)
 	flag.Parse()
-	cfg.Kinds = strings.Split(*kinds, ",")
+	if *kinds != "" {
+		cfg.Kinds = strings.Split(*kinds, ",")
+	} else if cfg.HA {
+		cfg.Kinds = chaos.HAFaultKinds
+	} else {
+		cfg.Kinds = chaos.FaultKinds
+	}
+	if cfg.HA && cfg.EtcdBin == "" {
+		bin, err := testproc.EtcdBin()
+		if err != nil {
+			fail(err)
+		}
+		cfg.EtcdBin = bin
+	}
 	if *frontend != "" {
 		cfg.ProxyArgs = []string{"-frontend", *frontend}
 	}
@@ -60,7 +78,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(os.Stderr, "chaos: %v, %d proxies, %d clients, faults every %v: %s\n", cfg.Duration, cfg.Proxies, cfg.Clients, cfg.FaultEvery, *kinds)
+	fmt.Fprintf(os.Stderr, "chaos: %v, %d proxies, %d clients, faults every %v: %s\n", cfg.Duration, cfg.Proxies, cfg.Clients, cfg.FaultEvery, strings.Join(cfg.Kinds, ","))
 	res, err := chaos.Run(ctx, cfg)
 	if err != nil {
 		fail(err)
@@ -68,7 +86,11 @@ func main() {
 	report := chaos.Report(cfg, res)
 	fmt.Println(report)
 	if *doc != "" {
-		if err := docsection.Replace(*doc, "Reliability", "chaos", report); err != nil {
+		section := "chaos"
+		if cfg.HA {
+			section = "chaos-ha"
+		}
+		if err := docsection.Replace(*doc, "Reliability", section, report); err != nil {
 			fail(err)
 		}
 	}

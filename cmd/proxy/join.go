@@ -120,7 +120,7 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 		// The old membership is void: close it first, which also frees its
 		// peer port for the new one.
 		mb.close()
-		backoff := 100 * time.Millisecond
+		backoff := 50 * time.Millisecond
 		for {
 			jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := mb.connect(jctx)
@@ -143,7 +143,7 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 			// asking often so that the first grant after it is not late.
 			limit := 2 * time.Second
 			if errors.Is(err, rdma.ErrUnavailable) {
-				limit = 200 * time.Millisecond
+				limit = 50 * time.Millisecond
 			}
 			if backoff *= 2; backoff > limit {
 				backoff = limit
