@@ -67,3 +67,29 @@ func TestHeartbeatLearnsItWasFenced(t *testing.T) {
 		t.Fatalf("push after fencing: %v", err)
 	}
 }
+
+// A deposed memory node serves nobody again: its members' verbs, new joins
+// and recovery requests are all refused.
+func TestDeposedNodeRefusesEverything(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 16})
+	t.Cleanup(host.Close)
+	f := memfab.New(host)
+	a, err := f.Join("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); err != nil {
+		t.Fatalf("verb before deposing: %v", err)
+	}
+	host.Depose("a successor leads the shard")
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("member's verb after deposing: %v", err)
+	}
+	if _, err := f.Join("b"); !errors.Is(err, rdma.ErrUnavailable) {
+		t.Fatalf("join after deposing: %v", err)
+	}
+	if _, err := host.Recover(ctx, rdma.RecoverRequest{Entry: 0}); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("recovery after deposing: %v", err)
+	}
+}

@@ -225,7 +225,6 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 			return nil, nil, err
 		}
 		mb := &member{index: i, name: shard, cfg: slcfg, log: log, follow: ha.Follow(ctx, cli, shard, log.Named("ha"))}
-		shard := shard
 		mb.join = func(ctx context.Context) (rdma.Endpoint, error) {
 			rec, ok := mb.follow.Current()
 			for !ok {
