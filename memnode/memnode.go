@@ -27,6 +27,9 @@ type Config struct {
 	Eras uint64
 	// MaxNodes bounds NodeIDs (default 4096, at most 65535).
 	MaxNodes int
+	// RangeBytes sizes RegionRanges, where range-lock trees live (package
+	// rangelock); 0 registers no such region.
+	RangeBytes uint64
 	// HeartbeatInterval is how often members heartbeat (default 100ms).
 	HeartbeatInterval time.Duration
 	// DeadAfter is how long a member may stay silent before it is declared
@@ -131,6 +134,7 @@ type Server struct {
 	ctrs rdma.Counters
 
 	locks, eras, nodes *rdma.Memory
+	ranges             *rdma.Memory // nil without RangeBytes
 
 	state []atomic.Uint32 // nodeState by NodeID; read on every verb by Admit
 
@@ -173,6 +177,9 @@ func New(cfg Config) *Server {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	if cfg.RangeBytes > 0 {
+		s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", (cfg.RangeBytes+15)/16*16)
+	}
 	if cfg.RelBase != 0 {
 		var b [8]byte
 		putU64(b[:], cfg.RelBase)
@@ -208,6 +215,10 @@ func (s *Server) Region(id rdma.RegionID) *rdma.Memory {
 		return s.eras
 	case rdma.RegionNodes:
 		return s.nodes
+	case rdma.RegionRanges:
+		if s.ranges != nil {
+			return s.ranges
+		}
 	}
 	return nil
 }
@@ -223,7 +234,7 @@ func (s *Server) SetProber(p rdma.Prober) {
 func (s *Server) layout() rdma.Layout {
 	return rdma.Layout{
 		Generation:        s.cfg.Generation,
-		Regions:           []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info()},
+		Regions:           s.regionInfos(),
 		LockEntries:       s.cfg.Entries,
 		EraCount:          s.cfg.Eras,
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
@@ -241,6 +252,14 @@ func (s *Server) Depose(why string) {
 	if s.deposed.CompareAndSwap(nil, &why) {
 		s.log.Warn("memory node deposed: refusing every verb", zap.String("why", why))
 	}
+}
+
+func (s *Server) regionInfos() []rdma.RegionInfo {
+	rs := []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info()}
+	if s.ranges != nil {
+		rs = append(rs, s.ranges.Info())
+	}
+	return rs
 }
 
 // Admit fails for nodes that are not live members: their access is revoked.

@@ -15,6 +15,10 @@ const (
 	// RegionNodes holds the node table: one NodeSlotSize slot per NodeID,
 	// where each node heartbeats with one-sided writes.
 	RegionNodes RegionID = 3
+	// RegionRanges holds range-lock trees (package rangelock): 8-byte
+	// nodes. A memory node registers it only when configured with room for
+	// trees.
+	RegionRanges RegionID = 4
 )
 
 // NodeSlotSize is the size of one node-table slot. Word 0 is the node's lease

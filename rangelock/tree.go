@@ -1,0 +1,166 @@
+package rangelock
+
+import (
+	"fmt"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+)
+
+// LeafUnits is the number of units a leaf's bitmap covers (CITRON §3.3).
+const LeafUnits = 64
+
+// Tree is the geometry of one lock tree (CITRON §3.3): a quaternary segment
+// tree whose leaves are 64-unit bitmaps, its nodes in a flat array in level
+// order, indexed from 1, so that
+//
+//	CHILD(x, i) = 4x - 2 + i   (i = 0..3)
+//	PARENT(x)   = (x + 2) / 4
+//
+// The root covers [0, Units()); node x at depth d covers a 1/4^d share.
+type Tree struct {
+	// Base is the address of node 1; node x is at Base + 8(x-1).
+	Base rdma.Addr
+	// Depth is the depth of the leaves (the root's is 0).
+	Depth int
+}
+
+// MaxDepth keeps Units within 64 bits.
+const MaxDepth = 28
+
+// NewTree checks the geometry.
+func NewTree(base rdma.Addr, depth int) (Tree, error) {
+	if depth < 0 || depth > MaxDepth {
+		return Tree{}, fmt.Errorf("rangelock: tree depth %d outside 0..%d", depth, MaxDepth)
+	}
+	if base.Offset%8 != 0 {
+		return Tree{}, fmt.Errorf("rangelock: tree base %v is not 8-byte aligned", base)
+	}
+	return Tree{Base: base, Depth: depth}, nil
+}
+
+// Units is the size of the space the tree covers.
+func (t Tree) Units() uint64 { return LeafUnits << (2 * uint(t.Depth)) }
+
+// Nodes is the number of nodes, (4^(Depth+1) - 1) / 3.
+func (t Tree) Nodes() uint64 { return (1<<(2*uint(t.Depth+1)) - 1) / 3 }
+
+// Bytes is the tree's size in memory.
+func (t Tree) Bytes() uint64 { return 8 * t.Nodes() }
+
+// Addr is node x's address.
+func (t Tree) Addr(x uint64) rdma.Addr {
+	return rdma.Addr{Region: t.Base.Region, Offset: t.Base.Offset + 8*(x-1)}
+}
+
+// first is the index of the first node at depth d: (4^d + 2) / 3.
+func first(d int) uint64 { return (1<<(2*uint(d)) + 2) / 3 }
+
+// depth of node x.
+func depth(x uint64) int {
+	d := 0
+	for first(d+1) <= x {
+		d++
+	}
+	return d
+}
+
+func parent(x uint64) uint64 { return (x + 2) / 4 }
+
+func child(x uint64, i uint64) uint64 { return 4*x - 2 + i }
+
+// Leaf reports whether x is a leaf.
+func (t Tree) Leaf(x uint64) bool { return depth(x) == t.Depth }
+
+// Range is the span [lo, hi) node x covers.
+func (t Tree) Range(x uint64) (lo, hi uint64) {
+	d := depth(x)
+	size := t.Units() >> (2 * uint(d))
+	pos := x - first(d)
+	return pos * size, (pos + 1) * size
+}
+
+// nodeAt is the node at depth d covering unit u.
+func (t Tree) nodeAt(d int, u uint64) uint64 {
+	size := t.Units() >> (2 * uint(d))
+	return first(d) + u/size
+}
+
+// cover is the lowest node covering [l, r), which must be non-empty and
+// inside the tree.
+func (t Tree) cover(l, r uint64) uint64 {
+	d := t.Depth
+	for t.nodeAt(d, l) != t.nodeAt(d, r-1) {
+		d--
+	}
+	return t.nodeAt(d, l)
+}
+
+// excess is how many units locking node x for [l, r) covers beyond the
+// request: a leaf locks exactly the requested bits, an internal node its
+// whole span.
+func (t Tree) excess(x, l, r uint64) uint64 {
+	if t.Leaf(x) {
+		return 0
+	}
+	lo, hi := t.Range(x)
+	return (hi - lo) - (min(hi, r) - max(lo, l))
+}
+
+// Split picks at most two nodes that together cover [l, r) with the fewest
+// units covered but not requested (CITRON §3.5.1 with k = 2). The only
+// candidates are the lowest node covering the whole range, and, when the
+// range straddles exactly two adjacent children of that node, the lowest
+// covers of its two halves: two disjoint nodes inside one child would make
+// that child the lowest cover, and a child strictly between them would be
+// left uncovered. Nodes are returned in the order they must be locked
+// (ascending index, Algorithm 2 line 6).
+func (t Tree) Split(l, r uint64) []uint64 {
+	c := t.cover(l, r)
+	if t.Leaf(c) {
+		return []uint64{c}
+	}
+	lo, _ := t.Range(c)
+	size := (t.Units() >> (2 * uint(depth(c)))) / 4
+	i, j := (l-lo)/size, (r-1-lo)/size
+	if j != i+1 {
+		return []uint64{c}
+	}
+	m := lo + j*size
+	a, b := t.cover(l, m), t.cover(m, r)
+	if t.excess(a, l, m)+t.excess(b, m, r) >= t.excess(c, l, r) {
+		return []uint64{c}
+	}
+	if a > b {
+		a, b = b, a
+	}
+	return []uint64{a, b}
+}
+
+// Internal-node word (CITRON Fig. 3): two bakery counter pairs and two
+// flags. {TCnt, TMax} orders requests at this node; {DCnt, DMax} counts
+// requests at descendants that notified it; Occ blocks new requests below.
+// Counters are 15 bits and wrap, so at most 32767 requests may wait on one
+// node at once (the paper's limit). Exp (scale-up) is not used: trees have a
+// fixed size.
+var (
+	fDMax = rdma.NewField(0, 15)
+	fDCnt = rdma.NewField(15, 15)
+	fTMax = rdma.NewField(30, 15)
+	fTCnt = rdma.NewField(45, 15)
+	fOcc  = rdma.NewField(60, 2)
+
+	boundary = rdma.Boundary(fDMax, fDCnt, fTMax, fTCnt, fOcc).Lo
+)
+
+func get(f rdma.Field, w uint64) uint64 { return f.Get(rdma.U64(w)) }
+func add(f rdma.Field, n uint64) uint64 { return f.Value(n).Lo }
+
+// leafMask is the bitmap of [l, r) within leaf x.
+func (t Tree) leafMask(x, l, r uint64) uint64 {
+	lo, hi := t.Range(x)
+	a, b := max(l, lo)-lo, min(r, hi)-lo
+	if b-a == 64 {
+		return ^uint64(0)
+	}
+	return ((uint64(1) << (b - a)) - 1) << a
+}
