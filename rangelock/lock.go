@@ -1,7 +1,7 @@
-// Package rangelock is CITRON's range lock (FAST '23): exclusive locks on
-// spans [l, r) of a fixed space, kept in a quaternary segment tree on a
-// memory node and taken with one-sided verbs only. docs/rangelock.md lists
-// how this follows the paper and where it departs.
+// Package rangelock is CITRON's range lock (FAST '23): locks on spans
+// [l, r) of a fixed space, kept in a quaternary segment tree on a memory
+// node and taken with one-sided verbs only, extended with shared spans.
+// docs/rangelock.md lists how this follows the paper and where it departs.
 package rangelock
 
 import (
@@ -87,10 +87,60 @@ func New(ep rdma.Endpoint, tree Tree, cfg Config) *Locker {
 	return &Locker{ep: ep, tree: tree, cfg: cfg}
 }
 
+// Mode is how a span is held.
+type Mode int
+
+const (
+	// Exclusive spans conflict with every span they overlap.
+	Exclusive Mode = iota
+	// Shared spans conflict only with overlapping exclusive spans.
+	Shared
+)
+
+func (m Mode) String() string {
+	if m == Shared {
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// occ, dmax and dcnt are the fields a request of mode m occupies and
+// notifies through.
+func (m Mode) occ() rdma.Field {
+	if m == Shared {
+		return fS
+	}
+	return fX
+}
+
+func (m Mode) dmax() rdma.Field {
+	if m == Shared {
+		return fDMaxS
+	}
+	return fDMaxX
+}
+
+func (m Mode) dcnt() rdma.Field {
+	if m == Shared {
+		return fDCntS
+	}
+	return fDCntX
+}
+
+// blockedBy reports whether a node word w is occupied in a way a request of
+// mode m above or below it must wait for.
+func (m Mode) blockedBy(w rdma.U128) bool {
+	if m == Shared {
+		return get(fX, w) != 0
+	}
+	return get(fX, w) != 0 || get(fS, w) != 0
+}
+
 // Held is a granted range lock.
 type Held struct {
 	lk    *Locker
 	l, r  uint64
+	mode  Mode
 	nodes []heldNode
 }
 
@@ -102,7 +152,10 @@ type heldNode struct {
 // Span is the locked span.
 func (h *Held) Span() (l, r uint64) { return h.l, h.r }
 
-// Acquire locks [l, r) exclusively, waiting as long as ctx allows. On an
+// Mode is how the span is held.
+func (h *Held) Mode() Mode { return h.mode }
+
+// Acquire locks [l, r) in mode m, waiting as long as ctx allows. On an
 // error nothing stays locked.
 //
 // A span of two nodes takes them one after the other. Waiting for the
@@ -112,17 +165,20 @@ func (h *Held) Span() (l, r uint64) { return h.l, h.r }
 // waits (step 2(b)) for that ancestor's Occ to clear. So a request that
 // holds its first node never waits for its second: if the second is not
 // free at once, it lets go of everything, backs off and starts over.
-func (lk *Locker) Acquire(ctx context.Context, l, r uint64) (*Held, error) {
+func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, error) {
 	if l >= r || r > lk.tree.Units() {
 		return nil, fmt.Errorf("%w: [%d, %d) in [0, %d)", ErrOutOfRange, l, r, lk.tree.Units())
 	}
 	nodes := lk.tree.Split(l, r)
+	if m == Shared {
+		nodes = lk.tree.SplitShared(l, r)
+	}
 	for attempt := 0; ; attempt++ {
-		h := &Held{lk: lk, l: l, r: r}
+		h := &Held{lk: lk, l: l, r: r, mode: m}
 		var err error
 		for i, x := range nodes {
 			var hn heldNode
-			hn, err = lk.lockNode(ctx, x, l, r, i > 0)
+			hn, err = lk.lockNode(ctx, x, l, r, m, i > 0)
 			if err != nil {
 				break
 			}
@@ -152,7 +208,7 @@ var errBusy = errors.New("rangelock: busy")
 func (h *Held) Release(ctx context.Context) error {
 	var b rdma.Batch
 	for _, hn := range h.nodes {
-		h.lk.unlockOps(&b, hn, h.l, h.r)
+		h.lk.unlockOps(&b, hn, h.l, h.r, h.mode)
 	}
 	h.nodes = nil
 	if b.Len() == 0 {
@@ -164,119 +220,153 @@ func (h *Held) Release(ctx context.Context) error {
 	return b.FirstErr()
 }
 
-func (lk *Locker) unlockOps(b *rdma.Batch, hn heldNode, l, r uint64) {
+// unlockOps releases node hn: a leaf's bits; a writer's X and its bakery
+// turn; a reader's S (it passed its turn on when it occupied the node); and
+// the notifications.
+func (lk *Locker) unlockOps(b *rdma.Batch, hn heldNode, l, r uint64, m Mode) {
 	t := lk.tree
-	if t.Leaf(hn.x) {
-		m := t.leafMask(hn.x, l, r)
-		b.MaskedCAS64(t.Addr(hn.x), m, m, 0, m)
-	} else {
-		b.MaskedFAA64(t.Addr(hn.x), add(fOcc, ^uint64(0))+add(fTCnt, 1), boundary)
+	switch {
+	case t.Leaf(hn.x):
+		mask := rdma.U64(t.leafMask(hn.x, l, r))
+		b.MaskedCAS128(t.Addr(hn.x), mask, mask, rdma.U128{}, mask)
+	case m == Shared:
+		b.MaskedFAA128(t.Addr(hn.x), neg(fS), boundary)
+	default:
+		b.MaskedFAA128(t.Addr(hn.x), neg(fX).Add(add(fTCnt, 1)), boundary)
 	}
-	for _, a := range hn.notified {
-		b.MaskedFAA64(t.Addr(a), add(fDCnt, 1), boundary)
+	lk.notifyOps(b, hn.notified, m.dcnt())
+}
+
+func (lk *Locker) notifyOps(b *rdma.Batch, as []uint64, f rdma.Field) {
+	for _, a := range as {
+		b.MaskedFAA128(lk.tree.Addr(a), add(f, 1), boundary)
 	}
 }
 
-// lockNode is Algorithm 2's LOCKNODE, repeated until ACQUIRED. With noWait
-// it answers errBusy instead of waiting for another request.
-func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, noWait bool) (heldNode, error) {
+// lockNode is Algorithm 2's LOCKNODE, repeated until ACQUIRED, for a
+// request of mode m. With noWait it answers errBusy instead of waiting for
+// another request.
+func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait bool) (heldNode, error) {
 	t := lk.tree
 	leaf := t.Leaf(x)
-	for {
-		// (a) An internal node is a bakery lock: take a ticket, wait for
-		// TCnt to reach it.
-		if !leaf {
-			old, err := lk.ep.MaskedFAA64(ctx, t.Addr(x), add(fTMax, 1), boundary)
-			if err != nil {
-				return heldNode{}, err
-			}
-			ticket := get(fTMax, old)
-			if noWait && get(fTCnt, old) != ticket {
-				go lk.passTicket(x, ticket)
-				return heldNode{}, errBusy
-			}
-			if err := lk.poll(ctx, t.Addr(x), func(w uint64) bool { return get(fTCnt, w) == ticket }); err != nil {
-				// The ticket is ours whatever happens: pass it on when
-				// its turn comes, so the queue behind it moves.
-				go lk.passTicket(x, ticket)
-				return heldNode{}, err
-			}
+	turn := false // we hold x's bakery turn and must pass it on
+	fail := func(err error) (heldNode, error) {
+		if turn {
+			lk.post(func(b *rdma.Batch) { b.MaskedFAA128(t.Addr(x), add(fTCnt, 1), boundary) })
 		}
-	again:
-		// (b) Wait until no ancestor is occupied. t1 is when the read that
-		// found them all free was posted: no ancestor's holder that sets
-		// Occ after it can have started its wait before it.
-		t1, err := lk.ancestorsFree(ctx, x, noWait)
+		return heldNode{}, err
+	}
+	// (a) An internal node is a bakery lock: take a ticket, wait for TCnt
+	// to reach it. Readers pass the turn on as soon as they occupy the
+	// node, so readers at one node hold it together; a writer keeps it.
+	if !leaf {
+		old, err := lk.ep.MaskedFAA128(ctx, t.Addr(x), add(fTMax, 1), boundary)
 		if err != nil {
-			return heldNode{}, lk.giveUp(x, leaf, err)
+			return heldNode{}, err
+		}
+		ticket := get(fTMax, old)
+		if noWait && get(fTCnt, old) != ticket {
+			go lk.passTicket(x, ticket)
+			return heldNode{}, errBusy
+		}
+		if err := lk.poll(ctx, t.Addr(x), func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
+			// The ticket is ours whatever happens: pass it on when its
+			// turn comes, so the queue behind it moves.
+			go lk.passTicket(x, ticket)
+			return heldNode{}, err
+		}
+		turn = true
+	}
+	for {
+		// (b) Wait until no ancestor is occupied in a way that conflicts.
+		// t1 is when the read that found them free was posted: no
+		// ancestor's holder that occupies it later can have started its
+		// wait before it.
+		t1, err := lk.ancestorsFree(ctx, x, m, noWait)
+		if err != nil {
+			return fail(err)
 		}
 		// (c) Lock a leaf's bits, or occupy an internal node; (d) notify
 		// every M-th ancestor, in the same batch.
 		hn := heldNode{x: x, notified: lk.notifyTargets(x)}
 		var b rdma.Batch
-		mask := uint64(0)
-		if leaf {
-			mask = t.leafMask(x, l, r)
-			b.MaskedCAS64(t.Addr(x), 0, mask, mask, mask)
-		} else {
-			b.MaskedFAA64(t.Addr(x), add(fOcc, 1), boundary)
+		mask := rdma.U128{}
+		switch {
+		case leaf:
+			mask = rdma.U64(t.leafMask(x, l, r))
+			b.MaskedCAS128(t.Addr(x), rdma.U128{}, mask, mask, mask)
+		case m == Shared:
+			b.MaskedFAA128(t.Addr(x), add(fS, 1).Add(add(fTCnt, 1)), boundary)
+		default:
+			b.MaskedFAA128(t.Addr(x), add(fX, 1), boundary)
 		}
-		for _, a := range hn.notified {
-			b.MaskedFAA64(t.Addr(a), add(fDMax, 1), boundary)
+		lk.notifyOps(&b, hn.notified, m.dmax())
+		if err := lk.ep.Post(ctx, &b); err == nil {
+			err = b.FirstErr()
 		}
-		if err := lk.ep.Post(ctx, &b); err != nil {
-			return heldNode{}, lk.giveUp(x, leaf, err)
-		}
-		if err := b.FirstErr(); err != nil {
-			return heldNode{}, lk.giveUp(x, leaf, err)
+		if err != nil {
+			return fail(err)
 		}
 		t0 := time.Now()
-		if leaf && b.Old64(0)&mask != 0 {
-			// Some bit is taken: undo the notifications, look at the
+		if m == Shared && !leaf {
+			turn = false // passed on with S
+		}
+		if leaf && b.Old(0).And(mask) != (rdma.U128{}) {
+			// Some bit is taken: undo the notifications, and look at the
 			// ancestors again (they may have been occupied meanwhile).
-			lk.undoNotify(hn.notified)
+			lk.post(func(b *rdma.Batch) { lk.notifyOps(b, hn.notified, m.dcnt()) })
 			if noWait {
-				return heldNode{}, errBusy
+				return fail(errBusy)
 			}
 			if err := lk.sleep(ctx); err != nil {
-				return heldNode{}, err
+				return fail(err)
 			}
-			goto again
+			continue
 		}
-		// A request below an internal node that looked at it before Occ
-		// was set must have notified by now, or it aborts (inequation 1).
+		// A request below an internal node that looked at it before it was
+		// occupied must have notified by now, or it aborts (inequation 1).
 		if t0.Sub(t1) > time.Duration(float64(lk.cfg.Wait)*(1-lk.cfg.Drift)) {
 			lk.aborts.Add(1)
-			var ub rdma.Batch
-			if leaf {
-				ub.MaskedCAS64(t.Addr(x), mask, mask, 0, mask)
-			} else {
-				// Keep the ticket: only Occ is undone.
-				ub.MaskedFAA64(t.Addr(x), add(fOcc, ^uint64(0)), boundary)
-			}
-			for _, a := range hn.notified {
-				ub.MaskedFAA64(t.Addr(a), add(fDCnt, 1), boundary)
-			}
-			if err := lk.ep.Post(context.WithoutCancel(ctx), &ub); err != nil {
-				return heldNode{}, err
+			lk.post(func(b *rdma.Batch) {
+				switch {
+				case leaf:
+					b.MaskedCAS128(t.Addr(x), mask, mask, rdma.U128{}, mask)
+				case m == Shared:
+					b.MaskedFAA128(t.Addr(x), neg(fS), boundary)
+				default: // keep the turn: only X is undone
+					b.MaskedFAA128(t.Addr(x), neg(fX), boundary)
+				}
+				lk.notifyOps(b, hn.notified, m.dcnt())
+			})
+			if m == Shared && !leaf {
+				// The turn went with S; a reader starts over at (a).
+				return lk.lockNode(ctx, x, l, r, m, noWait)
 			}
 			if err := lk.sleep(ctx); err != nil {
-				return heldNode{}, lk.giveUp(x, leaf, err)
+				return fail(err)
 			}
-			goto again
+			continue
 		}
 		if leaf {
 			return hn, nil
 		}
-		// (d) Wait T_wait, then for every request that notified x or an
-		// internal node within M levels below it to finish.
-		if lk.cfg.Unsafe != "no-descendant-wait" {
-			if err := lk.sleepUntil(ctx, t0.Add(lk.cfg.Wait)); err != nil {
-				lk.abandon(hn)
+		// A writer also waits for the readers occupying x itself: they
+		// passed the bakery turn on while they hold it.
+		if m == Exclusive {
+			if err := lk.waitFor(ctx, x, noWait, func(w rdma.U128) bool { return get(fS, w) == 0 }); err != nil {
+				lk.abandon(hn, m)
 				return heldNode{}, err
 			}
-			if err := lk.descendantsDone(ctx, x); err != nil {
-				lk.abandon(hn)
+		}
+		// (d) Wait T_wait, then for every request that notified x or an
+		// internal node within M levels below it and conflicts with m.
+		if lk.cfg.Unsafe != "no-descendant-wait" {
+			if err := lk.sleepUntil(ctx, t0.Add(lk.cfg.Wait)); err != nil {
+				lk.abandon(hn, m)
+				return heldNode{}, err
+			}
+			if err := lk.descendantsDone(ctx, x, m); err != nil {
+				lk.abandon(hn, m)
 				return heldNode{}, err
 			}
 		}
@@ -302,9 +392,10 @@ func (lk *Locker) notifyTargets(x uint64) []uint64 {
 }
 
 // ancestorsFree returns once one batch of reads of every ancestor of x finds
-// none occupied, with the time that batch was posted. While one is
-// occupied it waits for that one's Occ to clear, and looks again.
-func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, noWait bool) (time.Time, error) {
+// none occupied in a way that conflicts with m, with the time that batch was
+// posted. While one is, it waits for the lowest such to clear, and looks
+// again.
+func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, m Mode, noWait bool) (time.Time, error) {
 	t := lk.tree
 	var anc []uint64
 	for a := x; a > 1; {
@@ -314,7 +405,7 @@ func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, noWait bool) (tim
 	if len(anc) == 0 {
 		return time.Now(), nil
 	}
-	bufs := make([][8]byte, len(anc))
+	bufs := make([][NodeSize]byte, len(anc))
 	for {
 		var b rdma.Batch
 		for i, a := range anc {
@@ -329,7 +420,7 @@ func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, noWait bool) (tim
 		}
 		busy := uint64(0)
 		for i, a := range anc { // lowest first
-			if get(fOcc, le64(bufs[i][:])) != 0 {
+			if m.blockedBy(word(bufs[i][:])) {
 				busy = a
 				break
 			}
@@ -337,35 +428,30 @@ func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, noWait bool) (tim
 		if busy == 0 {
 			return posted, nil
 		}
-		if noWait {
-			return time.Time{}, errBusy
-		}
-		if err := lk.poll(ctx, t.Addr(busy), func(w uint64) bool { return get(fOcc, w) == 0 }); err != nil {
+		if err := lk.waitFor(ctx, busy, noWait, func(w rdma.U128) bool { return !m.blockedBy(w) }); err != nil {
 			return time.Time{}, err
 		}
 	}
 }
 
 // descendantsDone waits until x and its internal descendants within M
-// levels have DCnt == DMax: every request that notified them is gone.
-func (lk *Locker) descendantsDone(ctx context.Context, x uint64) error {
+// levels have no notification outstanding from a request that conflicts
+// with m: writers for a reader, everyone for a writer.
+func (lk *Locker) descendantsDone(ctx context.Context, x uint64, m Mode) error {
 	t := lk.tree
 	lo, hi := x, x
 	for lvl := 0; lvl < lk.cfg.M && !t.Leaf(lo); lvl++ {
-		// the nodes lo..hi are one contiguous block of level depth(x)+lvl
+		// the nodes lo..hi are one contiguous block of their level
 		n := hi - lo + 1
-		buf := make([]byte, 8*n)
+		buf := make([]byte, NodeSize*n)
 		for {
 			if err := lk.ep.Read(ctx, t.Addr(lo), buf); err != nil {
 				return err
 			}
 			done := true
-			for i := uint64(0); i < n; i++ {
-				w := le64(buf[8*i:])
-				if get(fDCnt, w) != get(fDMax, w) {
-					done = false
-					break
-				}
+			for i := uint64(0); i < n && done; i++ {
+				w := word(buf[NodeSize*i:])
+				done = get(fDCntX, w) == get(fDMaxX, w) && (m == Shared || get(fDCntS, w) == get(fDMaxS, w))
 			}
 			if done {
 				break
@@ -379,55 +465,54 @@ func (lk *Locker) descendantsDone(ctx context.Context, x uint64) error {
 	return nil
 }
 
-// giveUp undoes what a request holds on x when it fails before occupying
-// it: for an internal node, the ticket it was granted is passed on.
-func (lk *Locker) giveUp(x uint64, leaf bool, err error) error {
-	if !leaf {
-		var b rdma.Batch
-		b.MaskedFAA64(lk.tree.Addr(x), add(fTCnt, 1), boundary)
+// abandon releases x after it was occupied, when the wait that follows is
+// cut short.
+func (lk *Locker) abandon(hn heldNode, m Mode) {
+	lk.post(func(b *rdma.Batch) { lk.unlockOps(b, hn, 0, 0, m) })
+}
+
+// post issues a batch of undo or release verbs that must not be cancelled
+// with the request that needs them.
+func (lk *Locker) post(fill func(*rdma.Batch)) {
+	var b rdma.Batch
+	fill(&b)
+	if b.Len() > 0 {
 		_ = lk.ep.Post(context.Background(), &b)
 	}
-	return err
 }
 
-// abandon releases x after it was occupied, when the wait for descendants
-// is cut short.
-func (lk *Locker) abandon(hn heldNode) {
-	var b rdma.Batch
-	lk.unlockOps(&b, hn, 0, 0)
-	_ = lk.ep.Post(context.Background(), &b)
-}
-
-func (lk *Locker) undoNotify(as []uint64) {
-	if len(as) == 0 {
-		return
+// waitFor polls node x until ok, or answers errBusy at once with noWait.
+func (lk *Locker) waitFor(ctx context.Context, x uint64, noWait bool, ok func(rdma.U128) bool) error {
+	if noWait {
+		var buf [NodeSize]byte
+		if err := lk.ep.Read(ctx, lk.tree.Addr(x), buf[:]); err != nil {
+			return err
+		}
+		if !ok(word(buf[:])) {
+			return errBusy
+		}
+		return nil
 	}
-	var b rdma.Batch
-	for _, a := range as {
-		b.MaskedFAA64(lk.tree.Addr(a), add(fDCnt, 1), boundary)
-	}
-	_ = lk.ep.Post(context.Background(), &b)
+	return lk.poll(ctx, lk.tree.Addr(x), ok)
 }
 
 // passTicket waits for a ticket whose request was cancelled, and passes the
 // turn on at once (a queued bakery customer cannot leave the queue).
 func (lk *Locker) passTicket(x, ticket uint64) {
 	ctx := context.Background()
-	if err := lk.poll(ctx, lk.tree.Addr(x), func(w uint64) bool { return get(fTCnt, w) == ticket }); err != nil {
+	if err := lk.poll(ctx, lk.tree.Addr(x), func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
 		return
 	}
-	var b rdma.Batch
-	b.MaskedFAA64(lk.tree.Addr(x), add(fTCnt, 1), boundary)
-	_ = lk.ep.Post(ctx, &b)
+	lk.post(func(b *rdma.Batch) { b.MaskedFAA128(lk.tree.Addr(x), add(fTCnt, 1), boundary) })
 }
 
-func (lk *Locker) poll(ctx context.Context, a rdma.Addr, ok func(uint64) bool) error {
-	var buf [8]byte
+func (lk *Locker) poll(ctx context.Context, a rdma.Addr, ok func(rdma.U128) bool) error {
+	var buf [NodeSize]byte
 	for {
 		if err := lk.ep.Read(ctx, a, buf[:]); err != nil {
 			return err
 		}
-		if ok(le64(buf[:])) {
+		if ok(word(buf[:])) {
 			return nil
 		}
 		if err := lk.sleep(ctx); err != nil {
@@ -455,4 +540,7 @@ func (lk *Locker) sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+// word decodes a node read from memory: the low word first.
+func word(b []byte) rdma.U128 {
+	return rdma.U128{Lo: binary.LittleEndian.Uint64(b), Hi: binary.LittleEndian.Uint64(b[8:])}
+}

@@ -15,10 +15,12 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 )
 
-// checkRun has clients lock random spans of one tree and mark every unit
-// they hold; a unit marked twice is two overlapping exclusive holders. It
-// returns the overlaps seen and the locks granted.
-func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) (overlaps, granted int64, stats rangelock.Stats) {
+// checkRun has clients lock random spans of one tree, a share of them
+// shared, and mark every unit they hold: -1 for a writer, the number of
+// readers otherwise. A writer finding a unit marked, or a reader finding a
+// writer's mark, is a conflict the lock let through. It returns the
+// conflicting units seen and the locks granted.
+func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration) (overlaps, granted int64, stats rangelock.Stats) {
 	t.Helper()
 	tree, err := rangelock.NewTree(rdma.Addr{Region: rdma.RegionRanges}, 3) // 4096 units, 85 nodes
 	if err != nil {
@@ -28,7 +30,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) 
 	host := memnode.New(memnode.Config{Entries: 16, RangeBytes: tree.Bytes(), DeadAfter: time.Hour})
 	t.Cleanup(host.Close)
 	fab := memfab.New(host)
-	owner := make([]atomic.Int32, tree.Units())
+	units := make([]unit, tree.Units())
 	var ov, gr atomic.Int64
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -58,7 +60,11 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) 
 					l, n = r.Uint64N(tree.Units()), 1+r.Uint64N(tree.Units())
 				}
 				hi := min(l+n, tree.Units())
-				h, err := lk.Acquire(ctx, l, hi)
+				mode := rangelock.Exclusive
+				if r.Float64() < shared {
+					mode = rangelock.Shared
+				}
+				h, err := lk.Acquire(ctx, l, hi, mode)
 				if err != nil {
 					if ctx.Err() == nil {
 						t.Errorf("acquire [%d,%d): %v", l, hi, err)
@@ -66,7 +72,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) 
 					return // the run is over
 				}
 				for u := l; u < hi; u++ {
-					if !owner[u].CompareAndSwap(0, id) {
+					if !units[u].mark(mode) {
 						ov.Add(1)
 					}
 				}
@@ -74,7 +80,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) 
 					time.Sleep(time.Duration(r.IntN(100)) * time.Microsecond)
 				}
 				for u := l; u < hi; u++ {
-					owner[u].CompareAndSwap(id, 0)
+					units[u].unmark(mode)
 				}
 				gr.Add(1)
 				if err := h.Release(context.Background()); err != nil {
@@ -83,6 +89,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) 
 				}
 			}
 		}(int32(c + 1))
+
 	}
 	wg.Wait()
 	for _, lk := range lockers {
@@ -94,10 +101,33 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, d time.Duration) 
 	return ov.Load(), gr.Load(), stats
 }
 
-// TestNoOverlap: many clients, spans from one unit to the whole space, and
-// no unit is ever held by two at once; every client makes progress.
+// unit counts the holders of one unit by mode.
+type unit struct{ writers, readers atomic.Int32 }
+
+// mark records a holder of mode m on u and reports whether that was
+// allowed. Of two conflicting holders marking at once, the second to add
+// its count sees the first's.
+func (u *unit) mark(m rangelock.Mode) bool {
+	if m == rangelock.Exclusive {
+		return u.writers.Add(1) == 1 && u.readers.Load() == 0
+	}
+	u.readers.Add(1)
+	return u.writers.Load() == 0
+}
+
+func (u *unit) unmark(m rangelock.Mode) {
+	if m == rangelock.Exclusive {
+		u.writers.Add(-1)
+	} else {
+		u.readers.Add(-1)
+	}
+}
+
+// TestNoOverlap: many clients, spans from one unit to the whole space, 30%
+// shared, and no unit is ever held in conflicting modes at once; the run
+// makes progress.
 func TestNoOverlap(t *testing.T) {
-	overlaps, granted, st := checkRun(t, rangelock.Config{}, 16, 3*time.Second)
+	overlaps, granted, st := checkRun(t, rangelock.Config{}, 16, 0.3, 3*time.Second)
 	t.Logf("granted %d, aborts %d, backoffs %d", granted, st.Aborts, st.Backoffs)
 	if overlaps > 0 {
 		t.Fatalf("%d units held by two clients at once", overlaps)
@@ -110,7 +140,7 @@ func TestNoOverlap(t *testing.T) {
 // TestBrokenVariantIsCaught: without step 2(d)'s wait for requests below
 // it, an internal node's holder overlaps them, and the checker sees it.
 func TestBrokenVariantIsCaught(t *testing.T) {
-	overlaps, granted, _ := checkRun(t, rangelock.Config{Unsafe: "no-descendant-wait"}, 16, 3*time.Second)
+	overlaps, granted, _ := checkRun(t, rangelock.Config{Unsafe: "no-descendant-wait"}, 16, 0.3, 3*time.Second)
 	t.Logf("broken variant: %d overlapping units in %d grants", overlaps, granted)
 	if overlaps == 0 {
 		t.Fatal("the checker did not catch the broken variant")
@@ -125,7 +155,7 @@ func TestOutOfRange(t *testing.T) {
 	ep, _ := memfab.New(host).Join("a")
 	lk := rangelock.New(ep, tree, rangelock.Config{})
 	for _, s := range [][2]uint64{{5, 5}, {6, 5}, {0, tree.Units() + 1}} {
-		if _, err := lk.Acquire(context.Background(), s[0], s[1]); err == nil {
+		if _, err := lk.Acquire(context.Background(), s[0], s[1], rangelock.Exclusive); err == nil {
 			t.Fatalf("[%d,%d) accepted", s[0], s[1])
 		}
 	}

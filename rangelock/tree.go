@@ -10,15 +10,15 @@ import (
 const LeafUnits = 64
 
 // Tree is the geometry of one lock tree (CITRON §3.3): a quaternary segment
-// tree whose leaves are 64-unit bitmaps, its nodes in a flat array in level
-// order, indexed from 1, so that
+// tree whose leaves are 64-unit bitmaps, its 16-byte nodes in a flat array
+// in level order, indexed from 1, so that
 //
 //	CHILD(x, i) = 4x - 2 + i   (i = 0..3)
 //	PARENT(x)   = (x + 2) / 4
 //
 // The root covers [0, Units()); node x at depth d covers a 1/4^d share.
 type Tree struct {
-	// Base is the address of node 1; node x is at Base + 8(x-1).
+	// Base is the address of node 1; node x is at Base + 16(x-1).
 	Base rdma.Addr
 	// Depth is the depth of the leaves (the root's is 0).
 	Depth int
@@ -32,8 +32,8 @@ func NewTree(base rdma.Addr, depth int) (Tree, error) {
 	if depth < 0 || depth > MaxDepth {
 		return Tree{}, fmt.Errorf("rangelock: tree depth %d outside 0..%d", depth, MaxDepth)
 	}
-	if base.Offset%8 != 0 {
-		return Tree{}, fmt.Errorf("rangelock: tree base %v is not 8-byte aligned", base)
+	if base.Offset%16 != 0 {
+		return Tree{}, fmt.Errorf("rangelock: tree base %v is not 16-byte aligned", base)
 	}
 	return Tree{Base: base, Depth: depth}, nil
 }
@@ -45,11 +45,15 @@ func (t Tree) Units() uint64 { return LeafUnits << (2 * uint(t.Depth)) }
 func (t Tree) Nodes() uint64 { return (1<<(2*uint(t.Depth+1)) - 1) / 3 }
 
 // Bytes is the tree's size in memory.
-func (t Tree) Bytes() uint64 { return 8 * t.Nodes() }
+func (t Tree) Bytes() uint64 { return NodeSize * t.Nodes() }
+
+// NodeSize is the size of a node: CITRON's are 8 bytes; shared spans need
+// a second word (see the node fields below).
+const NodeSize = 16
 
 // Addr is node x's address.
 func (t Tree) Addr(x uint64) rdma.Addr {
-	return rdma.Addr{Region: t.Base.Region, Offset: t.Base.Offset + 8*(x-1)}
+	return rdma.Addr{Region: t.Base.Region, Offset: t.Base.Offset + NodeSize*(x-1)}
 }
 
 // first is the index of the first node at depth d: (4^d + 2) / 3.
@@ -136,24 +140,66 @@ func (t Tree) Split(l, r uint64) []uint64 {
 	return []uint64{a, b}
 }
 
-// Internal-node word (CITRON Fig. 3): two bakery counter pairs and two
-// flags. {TCnt, TMax} orders requests at this node; {DCnt, DMax} counts
-// requests at descendants that notified it; Occ blocks new requests below.
-// Counters are 15 bits and wrap, so at most 32767 requests may wait on one
-// node at once (the paper's limit). Exp (scale-up) is not used: trees have a
-// fixed size.
-var (
-	fDMax = rdma.NewField(0, 15)
-	fDCnt = rdma.NewField(15, 15)
-	fTMax = rdma.NewField(30, 15)
-	fTCnt = rdma.NewField(45, 15)
-	fOcc  = rdma.NewField(60, 2)
+// SplitShared is Split for a shared span, which never locks a leaf: leaf
+// bitmaps have one bit per unit, no room for a count of readers. A leaf is
+// replaced by its parent, at the cost of covering more units (readers only
+// conflict with writers there).
+func (t Tree) SplitShared(l, r uint64) []uint64 {
+	var out []uint64
+	for _, x := range t.Split(l, r) {
+		if t.Leaf(x) && x > 1 {
+			x = parent(x)
+		}
+		out = append(out, x)
+	}
+	if len(out) == 2 {
+		a, b := out[0], out[1]
+		switch {
+		case a == b || t.contains(a, b):
+			return out[:1]
+		case t.contains(b, a):
+			return []uint64{b}
+		case a > b:
+			return []uint64{b, a}
+		}
+	}
+	return out
+}
 
-	boundary = rdma.Boundary(fDMax, fDCnt, fTMax, fTCnt, fOcc).Lo
+// contains reports whether node a's span holds node b's.
+func (t Tree) contains(a, b uint64) bool {
+	alo, ahi := t.Range(a)
+	blo, bhi := t.Range(b)
+	return alo <= blo && bhi <= ahi
+}
+
+// Internal-node fields. CITRON's node (Fig. 3) is one word: a bakery pair
+// {TCnt, TMax} for requests at the node, a pair {DCnt, DMax} for
+// notifications from below, and the Occ flag. Shared spans need three
+// more things (docs/rangelock.md): a count S of readers occupying the node
+// beside the writer flag X, and separate notification pairs for readers
+// and writers below, since a reader above waits only for writers below. So
+// a node is 16 bytes: eight 16-bit fields, updated with 128-bit masked FAA.
+// Counters wrap at 2^16 and are only compared for equality.
+var (
+	fDMaxX = rdma.NewField(0, 16)
+	fDCntX = rdma.NewField(16, 16)
+	fDMaxS = rdma.NewField(32, 16)
+	fDCntS = rdma.NewField(48, 16)
+	fTMax  = rdma.NewField(64, 16)
+	fTCnt  = rdma.NewField(80, 16)
+	fS     = rdma.NewField(96, 16)
+	fX     = rdma.NewField(112, 16)
+
+	boundary = rdma.Boundary(fDMaxX, fDCntX, fDMaxS, fDCntS, fTMax, fTCnt, fS, fX)
 )
 
-func get(f rdma.Field, w uint64) uint64 { return f.Get(rdma.U64(w)) }
-func add(f rdma.Field, n uint64) uint64 { return f.Value(n).Lo }
+func get(f rdma.Field, w rdma.U128) uint64 { return f.Get(w) }
+
+// add is a masked-FAA operand adding n (mod 2^16) to field f.
+func add(f rdma.Field, n uint64) rdma.U128 { return f.Value(n) }
+
+func neg(f rdma.Field) rdma.U128 { return f.Value(^uint64(0)) }
 
 // leafMask is the bitmap of [l, r) within leaf x.
 func (t Tree) leafMask(x, l, r uint64) uint64 {
