@@ -142,7 +142,14 @@ type Held struct {
 	l, r  uint64
 	mode  Mode
 	nodes []heldNode
+	token uint64
 }
+
+// Token is the lock's fencing token: of two conflicting grants, the later
+// one's is larger. It is one FAA on the tree's counter, taken once every
+// node is held: a token taken earlier, with the nodes' atomics, could be
+// smaller than that of a request below that the holder then waits out.
+func (h *Held) Token() uint64 { return h.token }
 
 type heldNode struct {
 	x        uint64
@@ -185,7 +192,11 @@ func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, erro
 			h.nodes = append(h.nodes, hn)
 		}
 		if err == nil {
-			return h, nil
+			var old uint64
+			if old, err = lk.ep.FAA(ctx, lk.tree.fenceAddr(), 1); err == nil {
+				h.token = old + 1
+				return h, nil
+			}
 		}
 		if rerr := h.Release(context.WithoutCancel(ctx)); rerr != nil {
 			return nil, rerr

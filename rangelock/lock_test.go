@@ -21,6 +21,12 @@ import (
 // writer's mark, is a conflict the lock let through. It returns the
 // conflicting units seen and the locks granted.
 func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration) (overlaps, granted int64, stats rangelock.Stats) {
+	var hist history
+	defer func() {
+		if n := hist.fenceInversions(); n > 0 {
+			t.Errorf("%d pairs of conflicting grants whose fencing tokens go backwards", n)
+		}
+	}()
 	t.Helper()
 	tree, err := rangelock.NewTree(rdma.Addr{Region: rdma.RegionRanges}, 3) // 4096 units, 85 nodes
 	if err != nil {
@@ -65,6 +71,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 					mode = rangelock.Shared
 				}
 				h, err := lk.Acquire(ctx, l, hi, mode)
+				granted := time.Now()
 				if err != nil {
 					if ctx.Err() == nil {
 						t.Errorf("acquire [%d,%d): %v", l, hi, err)
@@ -82,6 +89,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 				for u := l; u < hi; u++ {
 					units[u].unmark(mode)
 				}
+				hist.add(op{l: l, r: hi, mode: mode, token: h.Token(), granted: granted, released: time.Now()})
 				gr.Add(1)
 				if err := h.Release(context.Background()); err != nil {
 					t.Error(err)
@@ -99,6 +107,42 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 	}
 	// Every lock was released: the tree is back to its counters' balance.
 	return ov.Load(), gr.Load(), stats
+}
+
+// op is one grant as its holder saw it.
+type op struct {
+	l, r              uint64
+	mode              rangelock.Mode
+	token             uint64
+	granted, released time.Time
+}
+
+type history struct {
+	mu  sync.Mutex
+	ops []op
+}
+
+func (h *history) add(o op) {
+	h.mu.Lock()
+	h.ops = append(h.ops, o)
+	h.mu.Unlock()
+}
+
+// fenceInversions counts pairs of conflicting grants, one released before
+// the other was granted, where the later one's token is not larger.
+func (h *history) fenceInversions() int {
+	n := 0
+	for i, a := range h.ops {
+		for _, b := range h.ops[i+1:] {
+			if a.r <= b.l || b.r <= a.l || (a.mode == rangelock.Shared && b.mode == rangelock.Shared) {
+				continue
+			}
+			if a.released.Before(b.granted) && a.token >= b.token || b.released.Before(a.granted) && b.token >= a.token {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // unit counts the holders of one unit by mode.

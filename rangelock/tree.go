@@ -18,7 +18,8 @@ const LeafUnits = 64
 //
 // The root covers [0, Units()); node x at depth d covers a 1/4^d share.
 type Tree struct {
-	// Base is the address of node 1; node x is at Base + 16(x-1).
+	// Base is the address of the tree's fencing counter; node x is at
+	// Base + 16x.
 	Base rdma.Addr
 	// Depth is the depth of the leaves (the root's is 0).
 	Depth int
@@ -44,8 +45,8 @@ func (t Tree) Units() uint64 { return LeafUnits << (2 * uint(t.Depth)) }
 // Nodes is the number of nodes, (4^(Depth+1) - 1) / 3.
 func (t Tree) Nodes() uint64 { return (1<<(2*uint(t.Depth+1)) - 1) / 3 }
 
-// Bytes is the tree's size in memory.
-func (t Tree) Bytes() uint64 { return NodeSize * t.Nodes() }
+// Bytes is the tree's size in memory: its nodes and its fencing counter.
+func (t Tree) Bytes() uint64 { return NodeSize * (t.Nodes() + 1) }
 
 // NodeSize is the size of a node: CITRON's are 8 bytes; shared spans need
 // a second word (see the node fields below).
@@ -53,8 +54,11 @@ const NodeSize = 16
 
 // Addr is node x's address.
 func (t Tree) Addr(x uint64) rdma.Addr {
-	return rdma.Addr{Region: t.Base.Region, Offset: t.Base.Offset + NodeSize*(x-1)}
+	return rdma.Addr{Region: t.Base.Region, Offset: t.Base.Offset + NodeSize*x}
 }
+
+// fenceAddr is the tree's fencing counter, one word before node 1.
+func (t Tree) fenceAddr() rdma.Addr { return t.Base }
 
 // first is the index of the first node at depth d: (4^d + 2) / 3.
 func first(d int) uint64 { return (1<<(2*uint(d)) + 2) / 3 }
