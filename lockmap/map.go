@@ -57,6 +57,8 @@ type Map struct {
 	// another key of ours on the same entry" from "held elsewhere".
 	exclMu sync.Mutex
 	excl   map[entryKey]int
+
+	rng ranges // range locks (ranges.go)
 }
 
 type entryKey struct {

@@ -62,6 +62,11 @@ func init() {
 		"lock.release": {run: (*Server).cmdLockRelease, lock: true, minArgs: 3, maxArgs: 3, write: true, first: 1, last: 1, step: 1},
 		"lock.extend":  {run: (*Server).cmdLockExtend, lock: true, minArgs: 5, maxArgs: 5, write: true, first: 1, last: 1, step: 1},
 		"lock.info":    {run: (*Server).cmdLockInfo, lock: true, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
+
+		// Range locks (docs/rangelock.md).
+		"lock.range.acquire": {run: (*Server).cmdLockRangeAcquire, lock: true, minArgs: 5, write: true, first: 1, last: 1, step: 1},
+		"lock.range.release": {run: (*Server).cmdLockRangeRelease, lock: true, minArgs: 5, maxArgs: 5, write: true, first: 1, last: 1, step: 1},
+		"lock.range.info":    {run: (*Server).cmdLockRangeInfo, lock: true, minArgs: 2, maxArgs: 2, first: 1, last: 1, step: 1},
 	}
 	for name, c := range commands {
 		c.name = name

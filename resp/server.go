@@ -337,7 +337,7 @@ type connState struct {
 	// Scratch space reused across commands, so that dispatch allocates
 	// nothing: the lower-cased command name, a lower-cased script SHA1, the
 	// KEYS and ARGV of a script.
-	lname [16]byte
+	lname [24]byte // longest command name: lock.range.acquire (18)
 	lsha  [40]byte
 	keys  []string
 	argv  []string

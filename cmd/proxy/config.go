@@ -34,6 +34,9 @@ type config struct {
 	Shards []string `yaml:"shards"`
 	// Entries sizes the embedded memory node's lock table.
 	Entries uint64 `yaml:"entries"`
+	// RangeTrees is how many range-lock trees (LOCK.RANGE.*) the embedded
+	// memory node holds, 1.4 MB each; range-lock names are spread over them.
+	RangeTrees int `yaml:"range_trees"`
 	// PeerListen is where other proxies deliver handovers to this one. With
 	// several memnodes, memnode i uses port+i (port 0: any free port).
 	PeerListen string `yaml:"peer_listen"`
@@ -133,6 +136,7 @@ func defaultConfig() config {
 	return config{
 		Listen:         "127.0.0.1:6380",
 		Entries:        1 << 20,
+		RangeTrees:     8,
 		PeerListen:     "127.0.0.1:0",
 		WaitFraction:   0.04,
 		WaitMax:        2 * time.Second,
@@ -201,6 +205,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Var(&etcd, "etcd", "etcd endpoints holding the shards' active memory nodes (repeat or comma-separate)")
 	fs.Var(&shards, "shard", "shard to join through etcd, in placement order (repeat or comma-separate)")
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
+	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node (1.4 MB each; 0: no range locks)")
 	fs.StringVar(&f.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
 	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
 	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
@@ -247,6 +252,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("etcd", func() { cfg.Etcd = etcd })
 	over("shard", func() { cfg.Shards = shards })
 	over("entries", func() { cfg.Entries = f.Entries })
+	over("range-trees", func() { cfg.RangeTrees = f.RangeTrees })
 	over("peer-listen", func() { cfg.PeerListen = f.PeerListen })
 	over("advertise", func() { cfg.Advertise = f.Advertise })
 	over("name", func() { cfg.Name = f.Name })
@@ -296,6 +302,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.Entries == 0 {
 		return config{}, errors.New("entries must be positive")
+	}
+	if cfg.RangeTrees < 0 || cfg.RangeTrees > 4096 {
+		return config{}, errors.New("range_trees must be within 0..4096")
 	}
 	if (len(cfg.Etcd) == 0) != (len(cfg.Shards) == 0) {
 		return config{}, errors.New("etcd_endpoints and shards go together")

@@ -176,7 +176,8 @@ const (
 func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
 	if len(cfg.Memnodes) == 0 && len(cfg.Shards) == 0 {
-		host := memnode.New(memnode.Config{Entries: cfg.Entries, DeadAfter: soloForever, MaxLease: soloForever, Logger: log.Named("memnode")})
+		host := memnode.New(memnode.Config{Entries: cfg.Entries, RangeBytes: uint64(cfg.RangeTrees) * lockmap.RangeTreeBytes(),
+			DeadAfter: soloForever, MaxLease: soloForever, Logger: log.Named("memnode")})
 		fab := memfab.New(host)
 		mb := &member{name: "embedded", solo: true, cfg: slcfg, log: log,
 			join: func(context.Context) (rdma.Endpoint, error) { return fab.Join(cfg.Name) }}

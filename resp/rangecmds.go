@@ -1,0 +1,130 @@
+package resp
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/rangelock"
+)
+
+const rangeAcquireSyntax = "LOCK.RANGE.ACQUIRE key start end token [SHARED] [PX ms] [WAIT ms]"
+
+// parseSpan reads start and end of a span [start, end).
+func parseSpan(a, b []byte) (l, r uint64, ok bool) {
+	l, err1 := strconv.ParseUint(string(a), 10, 64)
+	r, err2 := strconv.ParseUint(string(b), 10, 64)
+	return l, r, err1 == nil && err2 == nil && l < r
+}
+
+// cmdLockRangeAcquire is LOCK.RANGE.ACQUIRE key start end token [SHARED]
+// [PX ms] [WAIT ms]: it locks [start, end) of key's range lock, exclusive
+// unless SHARED, and answers the grant's fencing token, or nil if the span
+// stayed taken for the whole wait. Without WAIT the key's wait policy
+// applies.
+func (s *Server) cmdLockRangeAcquire(st *connState, args [][]byte) {
+	key, token := string(args[1]), string(args[4])
+	l, r, ok := parseSpan(args[2], args[3])
+	if !ok {
+		st.w.err("ERR start and end must be integers with start < end (" + rangeAcquireSyntax + ")")
+		return
+	}
+	mode := rangelock.Exclusive
+	var ttl, wait time.Duration
+	hasWait := false
+	for i := 5; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		switch opt {
+		case "SHARED":
+			mode = rangelock.Shared
+		case "PX", "EX", "WAIT":
+			if i+1 >= len(args) {
+				st.w.err("ERR syntax error (" + rangeAcquireSyntax + ")")
+				return
+			}
+			d, ok := parseMillis(args[i+1])
+			if !ok {
+				st.w.err("ERR value is not an integer or out of range")
+				return
+			}
+			switch opt {
+			case "EX":
+				d *= 1000
+				fallthrough
+			case "PX":
+				if d <= 0 {
+					st.w.err("ERR invalid expire time in 'lock.range.acquire' command")
+					return
+				}
+				ttl = d
+			case "WAIT":
+				wait, hasWait = d, true
+			}
+			i++
+		default:
+			st.w.err(fmt.Sprintf("ERR syntax error near '%s' (%s)", oneLine(string(args[i])), rangeAcquireSyntax))
+			return
+		}
+	}
+	if !hasWait {
+		wait = s.cfg.Wait.Budget(key, ttl)
+	}
+	fence, ok, err := s.cfg.Map.RangeAcquire(st.ctx, key, token, l, r, mode, ttl, wait)
+	switch {
+	case err != nil:
+		st.lockErr(err)
+	case !ok:
+		st.w.null()
+	default:
+		st.w.int(int64(fence))
+	}
+}
+
+// cmdLockRangeRelease is LOCK.RANGE.RELEASE key start end token: 1 if token
+// held exactly that span of key here, else 0.
+func (s *Server) cmdLockRangeRelease(st *connState, args [][]byte) {
+	l, r, ok := parseSpan(args[2], args[3])
+	if !ok {
+		st.w.err("ERR start and end must be integers with start < end (LOCK.RANGE.RELEASE key start end token)")
+		return
+	}
+	st.w.int(b2i(s.cfg.Map.RangeRelease(string(args[1]), string(args[4]), l, r)))
+}
+
+// cmdLockRangeInfo describes key's range lock: its tree, the space spans
+// must lie in, and the spans held through this proxy.
+func (s *Server) cmdLockRangeInfo(st *connState, args [][]byte) {
+	in, err := s.cfg.Map.RangeLookup(string(args[1]))
+	if err != nil {
+		st.lockErr(err)
+		return
+	}
+	w := &st.w
+	w.mapHeader(5)
+	w.bulk("key")
+	w.bulk(in.Key)
+	w.bulk("memnode")
+	w.bulk(in.Domain)
+	w.bulk("tree")
+	w.int(int64(in.Tree))
+	w.bulk("units")
+	w.int(int64(in.Units))
+	w.bulk("holders")
+	w.array(len(in.Holders))
+	for _, h := range in.Holders {
+		w.mapHeader(6)
+		w.bulk("token")
+		w.bulk(h.Token)
+		w.bulk("start")
+		w.int(int64(h.L))
+		w.bulk("end")
+		w.int(int64(h.R))
+		w.bulk("mode")
+		w.bulk(h.Mode.String())
+		w.bulk("fence")
+		w.int(int64(h.Fence))
+		w.bulk("ttl_ms")
+		w.int(h.TTLms)
+	}
+}
