@@ -44,9 +44,9 @@ func TestRangeLocksRedisCLI(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"LOCK.RANGE.ACQUIRE", "ledger", "50", "150", "b", "WAIT", "100"}, ""},               // overlaps a
-		{[]string{"LOCK.RANGE.ACQUIRE", "ledger", "99", "100", "b", "SHARED", "WAIT", "100"}, ""},     // a reader beside a writer
-		{[]string{"LOCK.RANGE.ACQUIRE", "other", "50", "150", "b", "WAIT", "100"}, "token"},           // another name
+		{[]string{"LOCK.RANGE.ACQUIRE", "ledger", "50", "150", "b", "WAIT", "100"}, ""},           // overlaps a
+		{[]string{"LOCK.RANGE.ACQUIRE", "ledger", "99", "100", "b", "SHARED", "WAIT", "100"}, ""}, // a reader beside a writer
+		{[]string{"LOCK.RANGE.ACQUIRE", "other", "50", "150", "b", "WAIT", "100"}, "token"},       // another name
 		// Far from a's span: CITRON locks whole tree nodes, so spans that
 		// share a node conflict falsely (docs/rangelock.md).
 		{[]string{"LOCK.RANGE.ACQUIRE", "ledger", "1001000", "1005000", "r1", "SHARED", "PX", "30000"}, "token"},
