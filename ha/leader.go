@@ -132,7 +132,10 @@ func (l *Leader) renew(ctx context.Context) error {
 }
 
 // keep renews the lease four times per TTL and deposes this leader when the
-// validity runs out, the session ends, or the election key disappears.
+// validity runs out (a write that finds the election key gone deposes it
+// too). The session's own keep-alive is not a reason: clientv3 closes it
+// when one TTL passes without an answer, as during an etcd leader election,
+// while the lease lives on at etcd and a renewal may still reach it.
 func (l *Leader) keep() {
 	tick := time.NewTicker(l.ttl / 4)
 	defer tick.Stop()
@@ -146,10 +149,6 @@ func (l *Leader) keep() {
 		select {
 		case <-l.lost:
 			deadline.Stop()
-			return
-		case <-l.sess.Done():
-			deadline.Stop()
-			l.lose("the etcd session ended")
 			return
 		case <-deadline.C:
 			// loop: the check at the top deposes

@@ -54,7 +54,7 @@ type config struct {
 	EtcdLease time.Duration `yaml:"etcd_lease"`
 	// EtcdPatience is how long past its lease's expiry an active node that
 	// cannot reach etcd goes on serving; at most dead_after (0:
-	// dead_after/2).
+	// dead_after).
 	EtcdPatience time.Duration `yaml:"etcd_patience"`
 
 	// CPUProfile (flag only) writes a CPU profile until shutdown.
@@ -103,7 +103,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
 	fs.StringVar(&f.Advertise, "advertise", "", "address proxies dial, written to etcd (default: the listen address)")
 	fs.DurationVar(&f.EtcdLease, "etcd-lease", cfg.EtcdLease, "etcd lease TTL of the candidacy (whole seconds)")
-	fs.DurationVar(&f.EtcdPatience, "etcd-patience", 0, "serve this long past the lease's expiry while etcd is unreachable (default dead_after/2; at most dead_after)")
+	fs.DurationVar(&f.EtcdPatience, "etcd-patience", 0, "serve this long past the lease's expiry while etcd is unreachable (default and most: dead_after)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -44,7 +44,7 @@ func runHA(ctx context.Context, cfg config, mcfg memnode.Config, log *zap.Logger
 	}
 	patience := cfg.EtcdPatience
 	if patience == 0 {
-		patience = cfg.DeadAfter / 2
+		patience = cfg.DeadAfter
 	}
 	lcfg := ha.LeaderConfig{Shard: cfg.Shard, Name: adv, Advertise: adv, TTL: cfg.EtcdLease,
 		Patience: patience, Logger: log.Named("ha")}
