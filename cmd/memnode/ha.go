@@ -126,6 +126,10 @@ func serveTerm(ctx context.Context, cfg config, mcfg memnode.Config, l *ha.Leade
 			host.Depose(l.Why())
 			_ = srv.Close()
 			metrics.Shutdown()
+			// Let the old candidacy go for good: its session would
+			// otherwise go on renewing the lease whenever etcd answers,
+			// and keep the shard's election key, with nobody serving it.
+			l.Resign(context.Background())
 			log.Warn("lost the shard; standing by again", zap.String("why", l.Why()))
 			return 0, true
 		case err := <-served:
