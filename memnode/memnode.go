@@ -398,7 +398,6 @@ func (s *Server) monitor() {
 
 func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	var maxMs uint64
 	for _, m := range s.members {
 		if ms := s.observe(m, now); ms > maxMs {
@@ -416,6 +415,9 @@ func (s *Server) sweep(now time.Time) {
 		}
 	}
 	s.tombs = kept
+	s.mu.Unlock()
+	// Saving can take a round of etcd's consensus; joins, recoveries and
+	// liveness do not wait for it.
 	s.persist(now, maxMs)
 }
 
@@ -451,9 +453,11 @@ func (s *Server) persist(now time.Time, maxMs uint64) {
 	}
 	var b [8]byte
 	putU64(b[:], st.Get().MaxHorizonMs)
+	s.mu.Lock()
 	for id := range s.members {
 		_ = s.nodes.Write(rdma.NodeSlotSize*uint64(id)+rdma.SlotConfirmed, b[:])
 	}
+	s.mu.Unlock()
 }
 
 // scanRelCnt is the largest RelCnt in the table.
