@@ -56,7 +56,10 @@ type Leader struct {
 	rev  int64
 	ttl  time.Duration
 
-	validUntil atomic.Int64 // unix ns: serving is safe until then
+	// Serving is safe until validUntil, in nanoseconds since epoch on the
+	// monotonic clock: a step of the wall clock must not stretch it.
+	epoch      time.Time
+	validUntil atomic.Int64
 	lost       chan struct{}
 	lostOnce   sync.Once
 	why        atomic.Pointer[string]
@@ -92,7 +95,7 @@ func Campaign(ctx context.Context, cli *clientv3.Client, cfg LeaderConfig) (*Lea
 	if err != nil {
 		return nil, fmt.Errorf("ha: session: %w", err)
 	}
-	l := &Leader{cli: cli, cfg: cfg, sess: sess, ttl: time.Duration(grant.TTL) * time.Second, lost: make(chan struct{})}
+	l := &Leader{cli: cli, cfg: cfg, sess: sess, ttl: time.Duration(grant.TTL) * time.Second, lost: make(chan struct{}), epoch: time.Now()}
 	l.elec = concurrency.NewElection(sess, electionPrefix(cfg.Shard))
 	cfg.Logger.Info("campaigning for shard", zap.String("shard", cfg.Shard), zap.Duration("lease", l.ttl))
 	if err := l.elec.Campaign(ctx, cfg.Advertise); err != nil {
@@ -125,10 +128,15 @@ func (l *Leader) renew(ctx context.Context) error {
 	}
 	life := time.Duration(resp.TTL) * time.Second
 	safe := time.Duration(float64(life+l.cfg.Patience) * (1 - l.cfg.ClockDrift))
-	if until := sent.Add(safe).UnixNano(); until > l.validUntil.Load() {
+	if until := int64(sent.Sub(l.epoch) + safe); until > l.validUntil.Load() {
 		l.validUntil.Store(until)
 	}
 	return nil
+}
+
+// validFor is how much longer serving is safe.
+func (l *Leader) validFor() time.Duration {
+	return time.Duration(l.validUntil.Load()) - time.Since(l.epoch)
 }
 
 // keep renews the lease four times per TTL and deposes this leader when the
@@ -140,7 +148,7 @@ func (l *Leader) keep() {
 	tick := time.NewTicker(l.ttl / 4)
 	defer tick.Stop()
 	for {
-		wait := time.Until(time.Unix(0, l.validUntil.Load()))
+		wait := l.validFor()
 		if wait <= 0 {
 			l.lose("the etcd lease could not be renewed in time")
 			return
@@ -156,7 +164,7 @@ func (l *Leader) keep() {
 			deadline.Stop()
 			if err := l.renew(context.Background()); err != nil {
 				l.cfg.Logger.Warn("etcd lease renewal failed", zap.Error(err),
-					zap.Duration("valid_for", time.Until(time.Unix(0, l.validUntil.Load())).Round(time.Millisecond)))
+					zap.Duration("valid_for", l.validFor().Round(time.Millisecond)))
 			}
 		}
 	}
