@@ -160,7 +160,7 @@ func TestFailover(t *testing.T) {
 	}
 
 	// 2. the killed node comes back as a standby; freeze the active one.
-	a = haMemnode(t, etcd, portA, memnodeStandby)
+	haMemnode(t, etcd, portA, memnodeStandby)
 	rec2 = record()
 	b.Signal(19) // SIGSTOP
 	rec3 := takeover(rec2.Generation + 1)

@@ -104,15 +104,7 @@ func (m Mode) String() string {
 	return "exclusive"
 }
 
-// occ, dmax and dcnt are the fields a request of mode m occupies and
-// notifies through.
-func (m Mode) occ() rdma.Field {
-	if m == Shared {
-		return fS
-	}
-	return fX
-}
-
+// dmax and dcnt are the notification pair of a request of mode m.
 func (m Mode) dmax() rdma.Field {
 	if m == Shared {
 		return fDMaxS
@@ -312,7 +304,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 			b.MaskedFAA128(t.Addr(x), add(fX, 1), boundary)
 		}
 		lk.notifyOps(&b, hn.notified, m.dmax())
-		if err := lk.ep.Post(ctx, &b); err == nil {
+		if err = lk.ep.Post(ctx, &b); err == nil {
 			err = b.FirstErr()
 		}
 		if err != nil {
