@@ -20,13 +20,9 @@ import (
 // readers otherwise. A writer finding a unit marked, or a reader finding a
 // writer's mark, is a conflict the lock let through. It returns the
 // conflicting units seen and the locks granted.
-func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration) (overlaps, granted int64, stats rangelock.Stats) {
+func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration) (overlaps, inversions, granted int64, stats rangelock.Stats) {
 	var hist history
-	defer func() {
-		if n := hist.fenceInversions(); n > 0 {
-			t.Errorf("%d pairs of conflicting grants whose fencing tokens go backwards", n)
-		}
-	}()
+	defer func() { inversions = int64(hist.fenceInversions()) }()
 	t.Helper()
 	tree, err := rangelock.NewTree(rdma.Addr{Region: rdma.RegionRanges}, 3) // 4096 units, 85 nodes
 	if err != nil {
@@ -106,7 +102,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 		stats.Backoffs += s.Backoffs
 	}
 	// Every lock was released: the tree is back to its counters' balance.
-	return ov.Load(), gr.Load(), stats
+	return ov.Load(), 0, gr.Load(), stats
 }
 
 // op is one grant as its holder saw it.
@@ -171,10 +167,13 @@ func (u *unit) unmark(m rangelock.Mode) {
 // shared, and no unit is ever held in conflicting modes at once; the run
 // makes progress.
 func TestNoOverlap(t *testing.T) {
-	overlaps, granted, st := checkRun(t, rangelock.Config{}, 16, 0.3, 3*time.Second)
+	overlaps, inversions, granted, st := checkRun(t, rangelock.Config{}, 16, 0.3, 3*time.Second)
 	t.Logf("granted %d, aborts %d, backoffs %d", granted, st.Aborts, st.Backoffs)
 	if overlaps > 0 {
 		t.Fatalf("%d units held by two clients at once", overlaps)
+	}
+	if inversions > 0 {
+		t.Fatalf("%d pairs of conflicting grants whose fencing tokens go backwards", inversions)
 	}
 	if granted < 100 {
 		t.Fatalf("only %d locks in 3 s: the protocol is stuck", granted)
@@ -184,8 +183,8 @@ func TestNoOverlap(t *testing.T) {
 // TestBrokenVariantIsCaught: without step 2(d)'s wait for requests below
 // it, an internal node's holder overlaps them, and the checker sees it.
 func TestBrokenVariantIsCaught(t *testing.T) {
-	overlaps, granted, _ := checkRun(t, rangelock.Config{Unsafe: "no-descendant-wait"}, 16, 0.3, 3*time.Second)
-	t.Logf("broken variant: %d overlapping units in %d grants", overlaps, granted)
+	overlaps, inversions, granted, _ := checkRun(t, rangelock.Config{Unsafe: "no-descendant-wait"}, 16, 0.3, 3*time.Second)
+	t.Logf("broken variant: %d overlapping units and %d fencing inversions in %d grants", overlaps, inversions, granted)
 	if overlaps == 0 {
 		t.Fatal("the checker did not catch the broken variant")
 	}
