@@ -18,51 +18,74 @@ func parseMillis(b []byte) (time.Duration, bool) {
 	return time.Duration(n) * time.Millisecond, true
 }
 
-// cmdLockAcquire is LOCK.ACQUIRE key token [SHARED] [PX ms|EX s] [WAIT ms].
-// It answers the grant's fencing token, or nil if the key stayed held for the
-// whole wait. Without WAIT the key's wait policy applies.
-func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
-	key, token := string(args[1]), string(args[2])
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive}
-	wait, hasWait := time.Duration(0), false
-	for i := 3; i < len(args); i++ {
-		switch strings.ToUpper(string(args[i])) {
+// lockOpts are the options LOCK.ACQUIRE and LOCK.RANGE.ACQUIRE share:
+// [SHARED] [PX ms|EX s] [WAIT ms], in any order and case.
+type lockOpts struct {
+	shared  bool
+	ttl     time.Duration
+	wait    time.Duration
+	hasWait bool
+}
+
+// parseLockOpts reads the options from args; on a bad one it returns the
+// error reply, naming the command and its syntax.
+func parseLockOpts(args [][]byte, cmd, syntax string) (lockOpts, string) {
+	var o lockOpts
+	for i := 0; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		switch opt {
 		case "SHARED":
-			opt.Mode = shiftlock.Shared
+			o.shared = true
 		case "PX", "EX", "WAIT":
 			if i+1 >= len(args) {
-				st.w.err("ERR syntax error")
-				return
+				return o, "ERR syntax error"
 			}
 			d, ok := parseMillis(args[i+1])
 			if !ok {
-				st.w.err("ERR value is not an integer or out of range")
-				return
+				return o, "ERR value is not an integer or out of range"
 			}
-			switch strings.ToUpper(string(args[i])) {
+			switch opt {
 			case "EX":
 				d *= 1000
 				fallthrough
 			case "PX":
 				if d <= 0 {
-					st.w.err("ERR invalid expire time in 'lock.acquire' command")
-					return
+					return o, "ERR invalid expire time in '" + cmd + "' command"
 				}
-				opt.TTL = d
+				o.ttl = d
 			case "WAIT":
-				wait, hasWait = d, true
+				o.wait, o.hasWait = d, true
 			}
 			i++
 		default:
-			st.w.err(fmt.Sprintf("ERR syntax error near '%s' (LOCK.ACQUIRE key token [SHARED] [PX ms] [WAIT ms])", oneLine(string(args[i]))))
-			return
+			return o, fmt.Sprintf("ERR syntax error near '%s' (%s)", oneLine(string(args[i])), syntax)
 		}
 	}
-	if !hasWait {
-		wait = s.cfg.Wait.Budget(key, opt.TTL)
+	return o, ""
+}
+
+// waitFor is the wait budget: WAIT if given, else key's wait policy.
+func (s *Server) waitFor(key string, o lockOpts) time.Duration {
+	if o.hasWait {
+		return o.wait
 	}
-	opt.Wait = wait
-	opt.Queue = st.queueHook
+	return s.cfg.Wait.Budget(key, o.ttl)
+}
+
+// cmdLockAcquire is LOCK.ACQUIRE key token [SHARED] [PX ms|EX s] [WAIT ms].
+// It answers the grant's fencing token, or nil if the key stayed held for the
+// whole wait. Without WAIT the key's wait policy applies.
+func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
+	key, token := string(args[1]), string(args[2])
+	o, e := parseLockOpts(args[3:], "lock.acquire", "LOCK.ACQUIRE key token [SHARED] [PX ms] [WAIT ms]")
+	if e != "" {
+		st.w.err(e)
+		return
+	}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: o.ttl, Wait: s.waitFor(key, o), Queue: st.queueHook}
+	if o.shared {
+		opt.Mode = shiftlock.Shared
+	}
 	st.acquire(key, token, opt, func(w *replyWriter, fence uint64, ok bool, err error) {
 		switch {
 		case err != nil:

@@ -1,10 +1,7 @@
 package resp
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/rangelock"
 )
@@ -30,47 +27,16 @@ func (s *Server) cmdLockRangeAcquire(st *connState, args [][]byte) {
 		st.w.err("ERR start and end must be integers with start < end (" + rangeAcquireSyntax + ")")
 		return
 	}
+	o, e := parseLockOpts(args[5:], "lock.range.acquire", rangeAcquireSyntax)
+	if e != "" {
+		st.w.err(e)
+		return
+	}
 	mode := rangelock.Exclusive
-	var ttl, wait time.Duration
-	hasWait := false
-	for i := 5; i < len(args); i++ {
-		opt := strings.ToUpper(string(args[i]))
-		switch opt {
-		case "SHARED":
-			mode = rangelock.Shared
-		case "PX", "EX", "WAIT":
-			if i+1 >= len(args) {
-				st.w.err("ERR syntax error (" + rangeAcquireSyntax + ")")
-				return
-			}
-			d, ok := parseMillis(args[i+1])
-			if !ok {
-				st.w.err("ERR value is not an integer or out of range")
-				return
-			}
-			switch opt {
-			case "EX":
-				d *= 1000
-				fallthrough
-			case "PX":
-				if d <= 0 {
-					st.w.err("ERR invalid expire time in 'lock.range.acquire' command")
-					return
-				}
-				ttl = d
-			case "WAIT":
-				wait, hasWait = d, true
-			}
-			i++
-		default:
-			st.w.err(fmt.Sprintf("ERR syntax error near '%s' (%s)", oneLine(string(args[i])), rangeAcquireSyntax))
-			return
-		}
+	if o.shared {
+		mode = rangelock.Shared
 	}
-	if !hasWait {
-		wait = s.cfg.Wait.Budget(key, ttl)
-	}
-	fence, ok, err := s.cfg.Map.RangeAcquire(st.ctx, key, token, l, r, mode, ttl, wait)
+	fence, ok, err := s.cfg.Map.RangeAcquire(st.ctx, key, token, l, r, mode, o.ttl, s.waitFor(key, o))
 	switch {
 	case err != nil:
 		st.lockErr(err)
