@@ -106,6 +106,21 @@ lockbench:
 bench-micro: lockbench memnode
 	./scripts/bench-micro.sh
 
+# Range locks, CITRON FAST '23 §4.2: CITRON (package rangelock) against
+# static segmentation over DSLR, range sizes 1/16/256 and mixed, on the
+# model fabric with and without a memory-node verb budget, 3 rounds,
+# about 5 minutes. Results go to docs/benchmarks.md ("## Range locks").
+.PHONY: bench-range bench-fisslock
+bench-range:
+	./scripts/bench-range.sh
+
+# FissLock OSDI '24 §7.3/§7.6: the emulated in-network lock and its ParLock
+# fallback against ShiftLock, DSLR and MCS on FissLock's microbenchmark,
+# on the model fabric, 3 rounds, about 5 minutes. Results go to
+# docs/benchmarks.md ("## FissLock").
+bench-fisslock:
+	./scripts/bench-fisslock.sh
+
 # SmallBank on Redis, two stories with their audits, about 1.5 minutes: the
 # paper's experiment (redlock-rs-style RedLock against native ShiftLock,
 # uniform, 240 clients) and the drop-in (the same redsync code against

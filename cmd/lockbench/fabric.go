@@ -31,7 +31,11 @@ func setupFabric(o options) (*cluster, error) {
 	recovery := o.recovery && strings.HasPrefix(o.lock, "shiftlock")
 	switch {
 	case o.fabric == "memfab" || o.fabric == "model":
-		host := memnode.New(memnode.Config{Entries: o.entries, DeadAfter: time.Hour, PaperRecovery: recovery})
+		mc := memnode.Config{Entries: o.entries, DeadAfter: time.Hour, PaperRecovery: recovery}
+		if o.lock == "citron" {
+			mc.RangeBytes = rangeTree(o).Bytes()
+		}
+		host := memnode.New(mc)
 		f := memfab.New(host)
 		cl := &cluster{close: host.Close}
 		var lf *latfab.Fabric

@@ -7,6 +7,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline/fisslock"
 )
 
 // params are the resolved lock parameters of a run.
@@ -142,4 +143,34 @@ func lockStats(ls []shiftlock.Locker) string {
 		return fmt.Sprintf("handovers=%d local_sends=%d", a[0], a[1])
 	}
 	return ""
+}
+
+// newFiss starts the emulated FissLock for a run: one machine per client
+// node, linked to the switch by half the fabric's round trip each way (on
+// the model; memfab has no latency, and neither does its switch). parlock
+// is the same cluster with no lock on the switch.
+func newFiss(o options) (*fisslock.Cluster, []shiftlock.Locker) {
+	cfg := fisslock.Config{Nodes: o.nodes, Entries: o.entries, Capacity: o.switchCapacity,
+		SwitchPacket: o.switchPacket, ServerPacket: o.serverPacket}
+	if o.lock == "parlock" {
+		cfg.Capacity = 0
+	}
+	if o.fabric == "model" {
+		cfg.Hop = o.modelVerb / 2
+	}
+	c := fisslock.New(cfg)
+	ls := make([]shiftlock.Locker, o.nodes)
+	for i := range ls {
+		ls[i] = c.Node(i)
+	}
+	return c, ls
+}
+
+// fissStats summarises the emulated cluster's counters per cycle.
+func fissStats(c *fisslock.Cluster, cycles uint64) string {
+	s := c.Stats()
+	sw, srv := c.Packets()
+	per := func(n uint64) float64 { return float64(n) / float64(max(cycles, 1)) }
+	return fmt.Sprintf("switch_grants=%d agent_grants=%d fallback=%d fallback_local=%d transfers=%d bounces=%d refused=%d switch_pkts_per_cycle=%.2f server_pkts_per_cycle=%.2f",
+		s.SwitchGrants.Load(), s.AgentGrants.Load(), s.Fallback.Load(), s.FallbackLocal.Load(), s.Transfers.Load(), s.Bounces.Load(), s.Refused.Load(), per(sw), per(srv))
 }

@@ -16,7 +16,11 @@ import (
 // shiftlock-nobump is ShiftLock without Algorithm 3's RelCnt bump on each
 // handover, as the authors' artifact (which produced the paper's numbers)
 // runs it; see shiftlock.Config.NoHandoverBump.
-var lockKinds = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "cas-nb", "cas-b", "dslr", "mcs"}
+// fisslock and parlock are the emulated in-network lock and its server
+// fallback (shiftlock/baseline/fisslock); they run on memfab or the model
+// only, since their switch is in-process.
+// citron and ss are range locks (ranges.go), run with -range-sizes.
+var lockKinds = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "cas-nb", "cas-b", "dslr", "mcs", "fisslock", "parlock", "citron", "ss"}
 
 // Named workloads of ShiftLock §4.2: the fraction of shared acquisitions.
 var workloads = map[string]float64{"WI": 0.5, "RI": 0.95, "RO": 1.0}
@@ -70,6 +74,19 @@ type options struct {
 	dslrOmega  time.Duration
 	dslrBase   time.Duration
 
+	// The emulated FissLock: lock slots on the switch, the switch's time
+	// per packet, a server core's time per packet.
+	// Range-lock runs (ranges.go).
+	rangeSizesFlag string
+	rangeSizes     []uint64
+	rangeDepth     int
+	rangeWait      time.Duration
+	ssSegment      uint64
+
+	switchCapacity uint64
+	switchPacket   time.Duration
+	serverPacket   time.Duration
+
 	// The memnode process for -fabric tcp.
 	memnodeBin   string
 	memnodeCPUs  string
@@ -84,7 +101,8 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: lockbench [flags]          run one measurement\n"+
 			"       lockbench plot -csv FILE -out DIR [-prefix micro-]\n"+
-			"       lockbench summary -csv FILE -doc FILE [-img DIR] [-title ...]\n\nflags:\n")
+			"       lockbench summary -csv FILE -doc FILE [-img DIR] [-title ...]\n"+
+			"       lockbench table -csv FILE -section NAME [-ref LOCK] [-intro FILE] ...\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.lock, "lock", "shiftlock", "lock kind: "+strings.Join(lockKinds, ", "))
@@ -119,11 +137,19 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.readerPoll, "reader-poll", "backoff", "ShiftLock's READ polling interval: backoff (20µs doubling to 1ms), rtt (1862ns scaled by RTT/2µs, fixed, as the artifact), or a duration")
 	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs)")
 	fs.DurationVar(&o.dslrBase, "dslr-backoff", 0, "DSLR random backoff base R (default: 10µs scaled by RTT/2µs)")
+	fs.StringVar(&o.rangeSizesFlag, "range-sizes", "", "citron, ss: span lengths, comma-separated; clients take them in turn (CITRON's mixed workload: 1,16,256)")
+	fs.IntVar(&o.rangeDepth, "range-depth", 8, "citron, ss: depth of the range tree; the space is 64 x 4^depth units")
+	fs.DurationVar(&o.rangeWait, "range-wait", 0, "citron: T_wait (default: CITRON's 15µs on the model, rangelock's 2ms elsewhere)")
+	fs.Uint64Var(&o.ssSegment, "ss-segment", 1, "ss: units per segment")
+	fs.Uint64Var(&o.switchCapacity, "switch-capacity", 1_680_000, "fisslock: locks the switch decides (IDs below it; the rest fall back to ParLock); FissLock §7.2 fits 1.68M on a Tofino")
+	fs.DurationVar(&o.switchPacket, "switch-packet", time.Nanosecond, "fisslock, parlock: the emulated switch's time per packet")
+	fs.DurationVar(&o.serverPacket, "server-packet", time.Microsecond, "fisslock, parlock: a server core's time per lock packet (agent pool or lock manager)")
 	fs.StringVar(&o.memnodeBin, "memnode", "", "memnode binary for -fabric tcp (default: bin/memnode, or next to lockbench)")
 	fs.StringVar(&o.memnodeCPUs, "memnode-cpus", "", "pin the memnode process to these CPUs (taskset -c list)")
 	fs.IntVar(&o.memnodeProcs, "memnode-procs", 0, "GOMAXPROCS of the memnode process (0: Go's default)")
 	fs.StringVar(&o.memnodeFlags, "memnode-flags", "", "extra flags for the memnode process, space separated")
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if err = fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -148,6 +174,9 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 		o.workload, o.readers = strings.ToUpper(o.workload), r
 	}
 	o.recovery = o.recovery || o.failRate > 0
+	if o.rangeSizes, err = parseSizes(o.rangeSizesFlag); err != nil {
+		return o, err
+	}
 	return o, o.validate()
 }
 
@@ -175,6 +204,16 @@ func (o options) validate() error {
 		return errors.New("-fail-rate must be in [0, 1)")
 	case o.recovery && !strings.HasPrefix(o.lock, "shiftlock") && o.lock != "dslr":
 		return fmt.Errorf("-fail-rate/-recovery: %s is not fault tolerant (ShiftLock Table 1); only shiftlock and dslr recover", o.lock)
+	case isRangeLock(o.lock) != (len(o.rangeSizes) > 0):
+		return errors.New("-range-sizes goes with -lock citron or ss, and they need it")
+	case isRangeLock(o.lock) && o.fabric != "memfab" && o.fabric != "model":
+		return fmt.Errorf("-lock %s: range runs use -fabric memfab or model (a memnode process has no range region)", o.lock)
+	case isRangeLock(o.lock) && (o.rangeDepth < 1 || o.rangeDepth > 12 || o.maxRangeSize() > rangeTree(o).Units()):
+		return fmt.Errorf("-range-depth %d: want 1..12, with room for spans of %d", o.rangeDepth, o.maxRangeSize())
+	case o.lock == "ss" && (o.ssSegment == 0 || (rangeTree(o).Units()+o.ssSegment-1)/o.ssSegment > o.entries):
+		return fmt.Errorf("-ss-segment %d: need a positive segment and -entries >= %d", o.ssSegment, (rangeTree(o).Units()+max(o.ssSegment, 1)-1)/max(o.ssSegment, 1))
+	case isFiss(o.lock) && o.fabric != "memfab" && o.fabric != "model":
+		return fmt.Errorf("-lock %s: its switch is emulated in-process; use -fabric memfab or model", o.lock)
 	case o.iopsCap < 0:
 		return errors.New("-iops-cap must not be negative")
 	}
@@ -183,18 +222,48 @@ func (o options) validate() error {
 			return fmt.Errorf("-reader-poll %q: want rtt, backoff or a positive duration", o.readerPoll)
 		}
 	}
-	if _, err := keydist.Parse(o.keys, o.entries); err != nil {
+	if _, err := keydist.Parse(o.keys, o.keyDomain()); err != nil {
 		return err
 	}
 	return nil
 }
 
-// workloadName is the workload as reported: WI/RI/RO or the reader share.
+// workloadName is the workload as reported: WI/RI/RO or the reader share,
+// after the span lengths of a range run.
 func (o options) workloadName() string {
-	if o.workload != "" {
-		return o.workload
+	w := o.workload
+	if w == "" {
+		w = fmt.Sprintf("R%g%%", 100*o.readers)
 	}
-	return fmt.Sprintf("R%g%%", 100*o.readers)
+	if len(o.rangeSizes) > 0 {
+		w = "L=" + o.rangeSizesFlag + " " + w
+	}
+	return w
+}
+
+// lockName is the lock as reported: ss with its segment size.
+func (o options) lockName() string {
+	if o.lock == "ss" {
+		return fmt.Sprintf("ss-%d", o.ssSegment)
+	}
+	return o.lock
+}
+
+// keyDomain is how many keys -keys draws from: lock entries, or a range
+// run's left borders.
+func (o options) keyDomain() uint64 {
+	if isRangeLock(o.lock) && len(o.rangeSizes) > 0 {
+		return rangeDomain(o)
+	}
+	return o.entries
+}
+
+func (o options) maxRangeSize() uint64 {
+	var m uint64
+	for _, l := range o.rangeSizes {
+		m = max(m, l)
+	}
+	return m
 }
 
 // fabricKind is the fabric as reported: memfab, model or tcpfab.
@@ -205,3 +274,6 @@ func (o options) fabricKind() string {
 	}
 	return "tcpfab"
 }
+
+// isFiss reports whether kind is the emulated FissLock or its fallback.
+func isFiss(kind string) bool { return kind == "fisslock" || kind == "parlock" }

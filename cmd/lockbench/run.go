@@ -17,6 +17,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline/fisslock"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
 )
 
@@ -86,6 +87,9 @@ func (h *hotKey) held(delta int, measuring bool) {
 
 func (b *bench) loop(w *worker) {
 	ctx := context.Background()
+	if n := len(b.o.rangeSizes); n > 0 {
+		ctx = withRangeSize(ctx, b.o.rangeSizes[w.id%n])
+	}
 	for {
 		ph := b.phase.Load()
 		if ph == phaseStop {
@@ -197,7 +201,7 @@ func snapshot(eps []rdma.Endpoint) rdma.Snapshot {
 
 // runBench performs one run.
 func runBench(o options, stderr io.Writer) (*result, error) {
-	dist, err := keydist.Parse(o.keys, o.entries)
+	dist, err := keydist.Parse(o.keys, o.keyDomain())
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +231,14 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 		}
 	}
 	lockers := makeLockers(o.lock, eps, p)
+	if isRangeLock(o.lock) {
+		lockers = makeRangeLockers(o, eps, p)
+	}
+	var fc *fisslock.Cluster
+	if isFiss(o.lock) {
+		fc, lockers = newFiss(o)
+		defer fc.Close()
+	}
 	total := o.warmup + o.duration
 	if o.timeline != "" {
 		b.timeline = make([]atomic.Uint64, int(total/timelineStep)+1)
@@ -279,11 +291,11 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	}
 
 	r := &result{
-		Time: nowStamp(), Label: o.label, Run: o.runIndex, Lock: o.lock, Fabric: o.fabricKind(),
+		Time: nowStamp(), Label: o.label, Run: o.runIndex, Lock: o.lockName(), Fabric: o.fabricKind(),
 		Nodes: o.nodes, Clients: o.clients, Entries: o.entries, Keys: o.keys, Workload: o.workloadName(),
 		Readers: o.readers, HoldUS: float64(o.hold) / 1e3, FailRate: o.failRate, Recovery: b2i(o.recovery), DurationS: elapsed.Seconds(),
 		RTTus: float64(rtt) / 1e3, IOPSCap: o.iopsCap, MemnodeCPU: -1,
-		Params: p.String(), Stats: lockStats(lockers),
+		Params: p.String(), Stats: lockStats(lockers) + rangeStats(lockers),
 	}
 	rh, wh := newHist(), newHist()
 	var firstErr error
@@ -298,6 +310,13 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 		wh.Merge(w.write)
 	}
 	r.Goodput = float64(r.Cycles) / elapsed.Seconds()
+	if fc != nil {
+		var all uint64
+		for _, w := range ws {
+			all += w.all.Load()
+		}
+		r.Stats = fissStats(fc, all)
+	}
 	r.HotRate = float64(b.hot.requests.Load()) / elapsed.Seconds()
 	r.HotBusy = b.hot.busy.Seconds() / elapsed.Seconds()
 	r.RP50, r.RP99, r.RP999 = percentiles(rh)

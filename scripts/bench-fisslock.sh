@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# FissLock's lock-granting microbenchmark (OSDI '24 §7.3, Fig. 13/14) on
+# the model fabric (rdma/latfab on testing/synctest's fake clock, the
+# paper testbed's 2 µs verbs and 32M verbs/s at the memory node, as make
+# bench-micro's model): 160 clients on 8 machines, 1M locks, update-heavy
+# (50% shared), read-mostly (90%) and read-only, uniform and Zipf 0.99.
+# Locks: the emulated FissLock (shiftlock/baseline/fisslock: switch decider
+# with 1 ns per packet and 1.68M slots, 1 µs of server CPU per packet),
+# ParLock (its fallback alone: FissLock's headline baseline), and on the
+# same workloads ShiftLock, DSLR and MCS. Then FissLock §7.6: uniform
+# read-mostly over 10M locks, where 8.4M of them fall back to ParLock.
+# 3 rounds, about 3 minutes.
+#
+# Writes out/bench-fisslock/fisslock.csv (appended) and the "fisslock"
+# section of docs/benchmarks.md (intro: docs/bench/fisslock.md). Knobs:
+# RUNS, DURATION, WARMUP, SERVER_PACKET.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10ms}
+WARMUP=${WARMUP:-2ms}
+SERVER_PACKET=${SERVER_PACKET:-1us}
+OUT=${OUT:-out/bench-fisslock}
+CSV=$OUT/fisslock.csv
+LABEL=fisslock-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+go build -o bin/lockbench ./cmd/lockbench || exit 1
+go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
+
+start=$(date +%s)
+n=0
+failed=0
+model() {
+	local out row
+	n=$((n + 1))
+	out=$(LOCKBENCH_MODEL="$* -clients 160 -nodes 8 -server-packet $SERVER_PACKET -reader-poll rtt \
+		-model-verb 2us -model-send 3us -iops-cap 32000000 -label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
+		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
+	row=$(grep -m1 ' model ' <<<"$out")
+	if [ -n "$row" ]; then
+		printf '[%3d %5ss] %s\n' "$n" "$(($(date +%s) - start))" "$(awk '{printf "%s %s %s %s/s", $1, $3, $4, $5}' <<<"$row")"
+	else
+		failed=$((failed + 1))
+		echo "   run $n ($*) failed: $(tail -1 "$OUT/last.err")" >&2
+	fi
+}
+
+for r in $(seq 1 "$RUNS"); do
+	for keys in uniform zipf:0.99; do
+		for readers in 0.5 0.9 1; do
+			for l in fisslock parlock shiftlock dslr mcs; do
+				model -run "$r" -lock "$l" -entries 1000000 -keys "$keys" -readers "$readers"
+			done
+		done
+	done
+	for l in fisslock parlock; do
+		model -run "$r" -lock "$l" -entries 10000000 -keys uniform -readers 0.9
+	done
+done
+
+elapsed=$(($(date +%s) - start))
+echo "bench-fisslock: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
+machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
+bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section fisslock -ref parlock -intro docs/bench/fisslock.md \
+	-command "make bench-fisslock" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
+echo "bench-fisslock: wrote docs/benchmarks.md (section fisslock)"

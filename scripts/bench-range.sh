@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# CITRON's microbenchmarks (FAST '23 §4.2, Fig. 6 and 7) on the model
+# fabric (rdma/latfab on testing/synctest's fake clock: 2 µs verbs, a
+# memory node of 32M verbs/s, as make bench-micro's model): CITRON
+# (package rangelock, no fencing tokens, as the paper) against static
+# segmentation over DSLR (CITRON Table 1's SS) with segments of exactly
+# the range size, 8x over it and 8x under it; range sizes 1, 16 and 256 and
+# the three mixed; left borders Zipf 0.9 over [0, N-L], exclusive, as the
+# paper; then two variations the paper does not run: uniform borders (less
+# overlap) and half the requests shared. 96 clients (CITRON §4.4), a tree
+# of depth 8 (N = 4,194,304 units), 3 rounds, each on a memory node with the model's verb budget and on one without, about 5 minutes.
+#
+# Writes out/bench-range/range.csv (appended) and the "range" section of
+# docs/benchmarks.md (intro: docs/bench/range.md). Knobs: RUNS, DURATION,
+# WARMUP, CLIENTS, WAIT (CITRON's T_wait; see the intro for why not 15 µs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10ms}
+WARMUP=${WARMUP:-2ms}
+CLIENTS=${CLIENTS:-96}
+WAIT=${WAIT:-50us}
+OUT=${OUT:-out/bench-range}
+CSV=$OUT/range.csv
+LABEL=range-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+go build -o bin/lockbench ./cmd/lockbench || exit 1
+go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
+
+start=$(date +%s)
+n=0
+failed=0
+model() {
+	local out row
+	n=$((n + 1))
+	out=$(LOCKBENCH_MODEL="$* $SETUP -clients $CLIENTS -nodes 3 -entries 4194304 -range-depth 8 \
+		-model-verb 2us -model-send 3us -label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
+		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
+	row=$(grep -m1 ' model ' <<<"$out")
+	if [ -n "$row" ]; then
+		printf '[%3d %5ss] %s\n' "$n" "$(($(date +%s) - start))" "$(awk '{printf "%s %s %s %s %s/s", $1, $3, $4, $5, $6}' <<<"$row")"
+	else
+		failed=$((failed + 1))
+		echo "   run $n ($*) failed: $(tail -1 "$OUT/last.err")" >&2
+	fi
+}
+
+# Two memory nodes: the model's 32M verbs/s (ShiftLock's testbed), where
+# CITRON's T_wait must be WAIT; and one without a verb budget, with the
+# paper's T_wait of 15 µs, as on CITRON's testbed where the RNIC was not
+# the bottleneck at these loads.
+SETUPS=("-iops-cap 32000000 -range-wait $WAIT" "-iops-cap 0 -range-wait 15us")
+for r in $(seq 1 "$RUNS"); do
+  for SETUP in "${SETUPS[@]}"; do
+	for L in 1 16 256; do
+		model -run "$r" -lock citron -range-sizes "$L" -readers 0 -keys zipf:0.9
+		segs=("$L" $((L * 8)))
+		[ "$L" -ge 8 ] && segs+=($((L / 8))) # no segment is an eighth of one unit
+		for seg in "${segs[@]}"; do
+			model -run "$r" -lock ss -ss-segment "$seg" -range-sizes "$L" -readers 0 -keys zipf:0.9
+		done
+	done
+	model -run "$r" -lock citron -range-sizes 1,16,256 -readers 0 -keys zipf:0.9
+	for seg in 1 16 256; do
+		model -run "$r" -lock ss -ss-segment "$seg" -range-sizes 1,16,256 -readers 0 -keys zipf:0.9
+	done
+	for v in "-readers 0 -keys uniform" "-readers 0.5 -keys zipf:0.9"; do
+		model -run "$r" -lock citron -range-sizes 16 $v
+		model -run "$r" -lock ss -ss-segment 16 -range-sizes 16 $v
+	done
+  done
+done
+
+elapsed=$(($(date +%s) - start))
+echo "bench-range: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
+machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
+bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section range -ref citron -intro docs/bench/range.md \
+	-command "make bench-range" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
+echo "bench-range: wrote docs/benchmarks.md (section range)"
