@@ -15,7 +15,7 @@ import (
 // waits, so every lock spends exactly one atomic to acquire and one to
 // release, and nothing else; the run's counters must say so.
 func TestUncontendedCycle(t *testing.T) {
-	for _, kind := range lockKinds {
+	for _, kind := range verbLocks {
 		t.Run(kind, func(t *testing.T) {
 			o, err := parseRun([]string{"-lock", kind, "-clients", "1", "-nodes", "1", "-entries", "4096",
 				"-keys", "uniform", "-duration", "200ms", "-warmup", "50ms", "-progress=false", "-rtt-probes", "10"}, io.Discard)
@@ -43,6 +43,67 @@ func TestUncontendedCycle(t *testing.T) {
 				t.Errorf("no latency or goodput recorded: %+v", r)
 			}
 		})
+	}
+}
+
+// TestUncontendedFissLock: an uncontended FissLock cycle is one packet to
+// the switch to acquire and one (FREE) to release, with no server work; its
+// fallback alone, with every lock managed on the requester's machine, is
+// two packets on that machine's core and none through the switch.
+func TestUncontendedFissLock(t *testing.T) {
+	for kind, want := range map[string]string{
+		"fisslock": "switch_pkts_per_cycle=2.00 server_pkts_per_cycle=0.00",
+		"parlock":  "switch_pkts_per_cycle=0.00 server_pkts_per_cycle=2.00",
+	} {
+		t.Run(kind, func(t *testing.T) {
+			o, err := parseRun([]string{"-lock", kind, "-clients", "1", "-nodes", "1", "-entries", "4096",
+				"-keys", "uniform", "-duration", "200ms", "-warmup", "50ms", "-progress=false", "-rtt-probes", "10"}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := runBench(o, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Cycles < 100 || !strings.Contains(r.Stats, want) || r.Atomics+r.Reads+r.Writes+r.Sends != 0 {
+				t.Fatalf("%d cycles, %.2f verbs per cycle, counters %q; want %q and no verbs", r.Cycles, r.Atomics+r.Reads+r.Writes+r.Sends, r.Stats, want)
+			}
+		})
+	}
+}
+
+// TestRangeRuns: range runs of both kinds complete cycles on memfab with
+// mixed span sizes, and bad range options are refused.
+func TestRangeRuns(t *testing.T) {
+	for _, lock := range []string{"citron", "ss"} {
+		t.Run(lock, func(t *testing.T) {
+			o, err := parseRun(strings.Fields("-lock "+lock+" -range-sizes 1,16,256 -range-depth 5 -ss-segment 16 -entries 65536 "+
+				"-clients 8 -nodes 2 -keys zipf:0.9 -readers 0.3 -duration 200ms -warmup 50ms -progress=false -rtt-probes 10"), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := runBench(o, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Cycles == 0 || r.Errors != 0 {
+				t.Fatalf("%d cycles, %d errors", r.Cycles, r.Errors)
+			}
+			if r.Workload != "L=1,16,256 R30%" {
+				t.Errorf("workload %q", r.Workload)
+			}
+		})
+	}
+	for _, args := range []string{
+		"-lock citron",                                        // no sizes
+		"-lock shiftlock -range-sizes 16",                     // sizes without a range lock
+		"-lock citron -range-sizes 16 -fabric tcp",            // no range region on a memnode process
+		"-lock ss -range-sizes 16 -ss-segment 1 -entries 100", // too few segments
+		"-lock citron -range-sizes 0",
+	} {
+		if _, err := parseRun(strings.Fields(args), io.Discard); err == nil {
+			t.Errorf("%q: accepted", args)
+		}
 	}
 }
 

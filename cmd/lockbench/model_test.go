@@ -52,7 +52,7 @@ func TestModel(t *testing.T) {
 func TestModelFabric(t *testing.T) {
 	baseline.SetSpinLimit(0)
 	defer baseline.SetSpinLimit(200_000)
-	for _, lock := range lockKinds {
+	for _, lock := range append(append([]string{}, verbLocks...), "fisslock", "parlock") {
 		t.Run(lock, func(t *testing.T) {
 			o, err := parseRun(strings.Fields("-fabric model -clients 24 -nodes 24 -entries 100000 -keys zipf:0.99 -workload WI "+
 				"-duration 2ms -warmup 500us -progress=false -iops-cap 4000000 -reader-poll rtt -lock "+lock), os.Stderr)

@@ -20,7 +20,11 @@ import (
 // fallback (shiftlock/baseline/fisslock); they run on memfab or the model
 // only, since their switch is in-process.
 // citron and ss are range locks (ranges.go), run with -range-sizes.
-var lockKinds = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "cas-nb", "cas-b", "dslr", "mcs", "fisslock", "parlock", "citron", "ss"}
+var lockKinds = append(append([]string{}, verbLocks...), "fisslock", "parlock", "citron", "ss")
+
+// verbLocks are the lock kinds on the fabric's one-sided verbs, one lock
+// table entry per key.
+var verbLocks = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "cas-nb", "cas-b", "dslr", "mcs"}
 
 // Named workloads of ShiftLock §4.2: the fraction of shared acquisitions.
 var workloads = map[string]float64{"WI": 0.5, "RI": 0.95, "RO": 1.0}

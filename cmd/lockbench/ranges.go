@@ -23,9 +23,6 @@ import (
 // -ss-segment units, each a DSLR lock in the lock table, a range taking
 // every segment it touches in ascending order.
 
-// rangeLocks are the lock kinds of range runs.
-var rangeLocks = []string{"citron", "ss"}
-
 func isRangeLock(kind string) bool { return kind == "citron" || kind == "ss" }
 
 // parseSizes reads -range-sizes: a comma-separated list of span lengths.
