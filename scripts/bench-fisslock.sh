@@ -11,7 +11,7 @@
 # read-mostly over 10M locks, where 8.4M of them fall back to ParLock.
 # 3 rounds, about 3 minutes.
 #
-# Writes out/bench-fisslock/fisslock.csv (appended) and the "fisslock"
+# Writes out/bench-fisslock/fisslock.csv (appended) and docs/img/fisslock-*.png, and the "fisslock"
 # section of docs/benchmarks.md (intro: docs/bench/fisslock.md). Knobs:
 # RUNS, DURATION, WARMUP, SERVER_PACKET.
 set -uo pipefail
@@ -62,6 +62,6 @@ done
 elapsed=$(($(date +%s) - start))
 echo "bench-fisslock: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
-bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section fisslock -ref parlock -intro docs/bench/fisslock.md \
+bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section fisslock -ref parlock -intro docs/bench/fisslock.md -img docs/img \
 	-command "make bench-fisslock" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
 echo "bench-fisslock: wrote docs/benchmarks.md (section fisslock)"

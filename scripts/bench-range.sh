@@ -10,7 +10,7 @@
 # overlap) and half the requests shared. 96 clients (CITRON §4.4), a tree
 # of depth 8 (N = 4,194,304 units), 3 rounds, each on a memory node with the model's verb budget and on one without, about 5 minutes.
 #
-# Writes out/bench-range/range.csv (appended) and the "range" section of
+# Writes out/bench-range/range.csv (appended) and docs/img/range-*.png, and the "range" section of
 # docs/benchmarks.md (intro: docs/bench/range.md). Knobs: RUNS, DURATION,
 # WARMUP, CLIENTS, WAIT (CITRON's T_wait; see the intro for why not 15 µs).
 set -uo pipefail
@@ -75,6 +75,6 @@ done
 elapsed=$(($(date +%s) - start))
 echo "bench-range: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
-bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section range -ref citron -intro docs/bench/range.md \
+bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section range -ref citron -intro docs/bench/range.md -img docs/img \
 	-command "make bench-range" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
 echo "bench-range: wrote docs/benchmarks.md (section range)"

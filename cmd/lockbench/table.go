@@ -4,11 +4,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image/color"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // tableCmd renders one grid of runs as a Markdown table into a section of
@@ -28,6 +38,8 @@ func tableCmd(args []string, stderr io.Writer) error {
 	command := fs.String("command", "", "command that produced the results")
 	machine := fs.String("machine", "", "machine description")
 	date := fs.String("date", "", "date of the runs")
+	img := fs.String("img", "", "directory for the goodput plots (none without)")
+	imgRel := fs.String("img-rel", "img", "path of -img relative to the doc")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,6 +68,13 @@ func tableCmd(args []string, stderr io.Writer) error {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "Command: `%s`. Machine: %s. Date: %s. Label %s. Every row is the median of %d rounds.\n\n", *command, *machine, *date, *label, maxRuns(rs))
+	if *img != "" {
+		md, err := tablePlots(rs, *img, *imgRel, *section)
+		if err != nil {
+			return err
+		}
+		b.WriteString(md)
+	}
 	renderTable(&b, rs, *ref)
 	return docsection.Replace(*doc, "Benchmarks", *section, b.String())
 }
@@ -150,4 +169,139 @@ func kfmtK(v float64) string {
 		return fmt.Sprintf("%.2fM", v/1e6)
 	}
 	return fmt.Sprintf("%.1fk", v/1e3)
+}
+
+// tablePlots draws, for each memory-node budget in the grid, goodput of
+// every lock per configuration on a log scale, and returns the Markdown
+// that shows them. A static-segmentation lock is named by its segment
+// against the span length when the run has one length: exact, 8x over or
+// 8x under, as CITRON's Fig. 6 names them.
+func tablePlots(rs []result, dir, rel, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	var budgets []float64
+	for _, r := range rs {
+		if !slices.Contains(budgets, r.IOPSCap) {
+			budgets = append(budgets, r.IOPSCap)
+		}
+	}
+	var md strings.Builder
+	for _, bud := range budgets {
+		var sub []result
+		for _, r := range rs {
+			if r.IOPSCap == bud {
+				r.Lock = roleName(r.Lock, r.Workload)
+				sub = append(sub, r)
+			}
+		}
+		var groups, locks []string
+		vals := map[[2]string][]float64{}
+		for _, r := range sub {
+			g := keysShort(r.Keys) + " " + r.Workload
+			if r.Entries != sub[0].Entries {
+				g += fmt.Sprintf(" %.0fM locks", float64(r.Entries)/1e6)
+			}
+			if !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
+			if !slices.Contains(locks, r.Lock) {
+				locks = append(locks, r.Lock)
+			}
+			vals[[2]string{g, r.Lock}] = append(vals[[2]string{g, r.Lock}], r.Goodput)
+		}
+		p := plot.New()
+		budget := "no verb budget"
+		if bud > 0 {
+			budget = "memory node " + kfmtK(bud) + " verbs/s"
+		}
+		p.Title.Text = fmt.Sprintf("Goodput (median of runs), model fabric, %s", budget)
+		p.Y.Label.Text = "acquire-release cycles/s (log)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		w := vg.Points(max(4, 70/float64(len(locks))))
+		for li, l := range locks {
+			// A bar rises from the log axis's floor, not from 0: it is
+			// stacked on an undrawn bar of the floor's height.
+			floor, bars := make(plotter.Values, len(groups)), make(plotter.Values, len(groups))
+			for i, g := range groups {
+				floor[i] = 1e3
+				if v := vals[[2]string{g, l}]; len(v) > 0 {
+					bars[i] = max(stats.Median(v)-1e3, 0)
+				}
+			}
+			base, err := plotter.NewBarChart(floor, w)
+			if err != nil {
+				return "", err
+			}
+			b, err := plotter.NewBarChart(bars, w)
+			if err != nil {
+				return "", err
+			}
+			b.StackOn(base)
+			b.Color = paletteColor(l, li)
+			b.LineStyle.Width = 0
+			b.Offset = w * (vg.Length(li) - vg.Length(len(locks)-1)/2)
+			base.Offset = b.Offset
+			p.Add(b)
+			p.Legend.Add(l, b)
+		}
+		p.NominalX(groups...)
+		p.X.Tick.Label.Rotation = 0.35
+		p.X.Tick.Label.XAlign = draw.XRight
+		p.Legend.Top = true
+		p.Y.Min = 1e3
+		p.Y.Max *= 4 // room for the legend
+		p.Add(plotter.NewGrid())
+		file := fmt.Sprintf("%s-%s.png", name, strings.ReplaceAll(strings.ToLower(kfmtK(bud)), ".", "_"))
+		if bud == 0 {
+			file = name + "-nobudget.png"
+		}
+		if err := p.Save(10*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, file)); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&md, "![%s, %s](%s/%s)\n\n", name, budget, rel, file)
+	}
+	return md.String(), nil
+}
+
+// roleName names ss-N by its segment against the run's single span length.
+func roleName(lock, workload string) string {
+	n, ok := strings.CutPrefix(lock, "ss-")
+	if !ok {
+		return lock
+	}
+	l, ok := strings.CutPrefix(strings.Fields(workload)[0], "L=")
+	if !ok || strings.Contains(l, ",") {
+		return lock
+	}
+	seg, err1 := strconv.ParseUint(n, 10, 64)
+	size, err2 := strconv.ParseUint(l, 10, 64)
+	switch {
+	case err1 != nil || err2 != nil:
+		return lock
+	case seg == size:
+		return "ss-exact"
+	case seg == 8*size:
+		return "ss-8x-over"
+	case seg*8 == size:
+		return "ss-8x-under"
+	}
+	return lock
+}
+
+// palette colors the locks lockColors does not name; red stays CITRON's
+// and ShiftLock's.
+var palette = []color.Color{
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff},
+	color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff}, color.RGBA{0xe3, 0x77, 0xc2, 0xff},
+	color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0xbc, 0xbd, 0x22, 0xff}, color.RGBA{0x17, 0xbe, 0xcf, 0xff},
+}
+
+// paletteColor keeps a known lock's color from the other plots.
+func paletteColor(lock string, i int) color.Color {
+	if c, ok := lockColors[lock]; ok {
+		return c
+	}
+	return palette[i%len(palette)]
 }

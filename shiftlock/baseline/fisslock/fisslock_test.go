@@ -48,7 +48,7 @@ func TestMutualExclusion(t *testing.T) {
 					defer cancel()
 					res, err := locktest.Run(ctx, locktest.Workload{
 						Clients: lockers(c, nodes), Workers: 64, Entries: sh.entries, ReadRatio: 0.6,
-						Zipf: sh.zipf, Ops: 150, Duration: 2 * time.Second, CancelRatio: 0.02, Seed: 3,
+						Zipf: sh.zipf, Ops: 80, Duration: time.Second, CancelRatio: 0.02, Seed: 3,
 					}, chk)
 					if err != nil {
 						t.Fatal(err)
@@ -59,7 +59,7 @@ func TestMutualExclusion(t *testing.T) {
 					if res.Ops == 0 {
 						t.Fatal("no acquisitions completed")
 					}
-					time.Sleep(200 * time.Millisecond) // abandoned grants and the last packets settle
+					time.Sleep(100 * time.Millisecond) // abandoned grants and the last packets settle
 					c.Close()
 					if err := c.Idle(); err != nil {
 						t.Error(err)
@@ -88,7 +88,7 @@ func TestBrokenIncarnationIsCaught(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := locktest.Run(ctx, locktest.Workload{
 			Clients: lockers(c, nodes), Workers: 64, Entries: 2, ReadRatio: 0.8,
-			Ops: 300, Duration: 2 * time.Second, Hold: 20 * time.Microsecond, Seed: uint64(attempt),
+			Ops: 300, Duration: time.Second, Hold: 20 * time.Microsecond, Seed: uint64(attempt),
 		}, chk)
 		cancel()
 		if err != nil && ctx.Err() == nil {
