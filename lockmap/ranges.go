@@ -110,7 +110,7 @@ func (m *Map) RangeAcquire(ctx context.Context, key, token string, l, r uint64, 
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	held, err := rangelock.New(d.Client.Endpoint(), tree, rangelock.Config{}).Acquire(wctx, l, r, mode)
+	held, err := rangelock.New(d.Client.Endpoint(), tree, rangelock.Config{FastPath: true}).Acquire(wctx, l, r, mode)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return 0, false, nil

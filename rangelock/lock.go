@@ -33,6 +33,13 @@ type Config struct {
 	Drift float64
 	// Poll is the interval between reads while waiting (default 2 µs).
 	Poll time.Duration
+	// FastPath takes CITRON's second fast path (§3.8): an exclusive
+	// request on a node whose children are leaves also sets every bit of
+	// those leaves, in the same batch as it occupies the node. If all four
+	// were clear, no request below can hold or come to hold a unit of the
+	// node, and the request skips step 2(d)'s T_wait and its look at the
+	// descendants; if not, it clears the bits it set and waits as usual.
+	FastPath bool
 	// NoToken skips the fencing token (Held.Token is then 0), as CITRON
 	// has none: the FAA on the tree's one counter word is a round trip per
 	// grant and an atomic every request makes on the same address, which a
@@ -40,7 +47,8 @@ type Config struct {
 	NoToken bool
 	// Unsafe, for tests only, breaks the protocol in the named way so that
 	// the checker can be seen to catch it: "no-descendant-wait" skips step
-	// 2(d)'s wait for requests below an internal node.
+	// 2(d)'s wait for requests below an internal node; "fast-path-no-check"
+	// skips it after the fast path whether or not every bit below was free.
 	Unsafe string
 }
 
@@ -68,7 +76,7 @@ type Locker struct {
 	tree Tree
 	cfg  Config
 
-	aborts, backoffs atomic.Uint64
+	aborts, backoffs, fastPaths atomic.Uint64
 }
 
 // Stats are the Locker's counts of retries.
@@ -79,11 +87,14 @@ type Stats struct {
 	// Backoffs: a request holding part of its span found the rest taken,
 	// let go of everything and started over (see Acquire).
 	Backoffs uint64
+	// FastPaths: grants of an internal node that skipped step 2(d)'s wait
+	// because the request set every bit below it (Config.FastPath).
+	FastPaths uint64
 }
 
 // Stats returns the counts so far.
 func (lk *Locker) Stats() Stats {
-	return Stats{Aborts: lk.aborts.Load(), Backoffs: lk.backoffs.Load()}
+	return Stats{Aborts: lk.aborts.Load(), Backoffs: lk.backoffs.Load(), FastPaths: lk.fastPaths.Load()}
 }
 
 // New returns a Locker for tree on ep.
@@ -151,6 +162,8 @@ func (h *Held) Token() uint64 { return h.token }
 type heldNode struct {
 	x        uint64
 	notified []uint64
+	// kids: the fast path set every bit of x's leaf children (FastPath).
+	kids bool
 }
 
 // Span is the locked span.
@@ -246,6 +259,24 @@ func (lk *Locker) unlockOps(b *rdma.Batch, hn heldNode, l, r uint64, m Mode) {
 		b.MaskedFAA128(t.Addr(hn.x), neg(fX).Add(add(fTCnt, 1)), boundary)
 	}
 	lk.notifyOps(b, hn.notified, m.dcnt())
+	if hn.kids {
+		lk.kidsOps(b, hn.x, allKids)
+	}
+}
+
+// allKids selects all four children for kidsOps.
+const allKids = 0b1111
+
+// leafFull is every unit of a leaf.
+var leafFull = rdma.U64(^uint64(0))
+
+// kidsOps clears every bit of the leaf children of x that sel selects.
+func (lk *Locker) kidsOps(b *rdma.Batch, x uint64, sel int) {
+	for i := uint64(0); i < 4; i++ {
+		if sel&(1<<i) != 0 {
+			b.MaskedCAS128(lk.tree.Addr(child(x, i)), leafFull, leafFull, rdma.U128{}, leafFull)
+		}
+	}
 }
 
 func (lk *Locker) notifyOps(b *rdma.Batch, as []uint64, f rdma.Field) {
@@ -312,11 +343,34 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 			b.MaskedFAA128(t.Addr(x), add(fX, 1), boundary)
 		}
 		lk.notifyOps(&b, hn.notified, m.dmax())
+		fast := lk.cfg.FastPath && !leaf && m == Exclusive && t.Leaf(child(x, 0))
+		kidsAt := b.Len()
+		if fast {
+			for i := uint64(0); i < 4; i++ {
+				b.MaskedCAS128(t.Addr(child(x, i)), rdma.U128{}, leafFull, leafFull, leafFull)
+			}
+		}
 		if err = lk.ep.Post(ctx, &b); err == nil {
 			err = b.FirstErr()
 		}
 		if err != nil {
 			return fail(err)
+		}
+		if fast {
+			set := 0
+			for i := 0; i < 4; i++ {
+				if b.Old(kidsAt+i).And(leafFull) == (rdma.U128{}) {
+					set |= 1 << i
+				}
+			}
+			if lk.cfg.Unsafe == "fast-path-no-check" {
+				set = allKids // pretend every bit below was free
+			}
+			if hn.kids = set == allKids; !hn.kids && set != 0 {
+				// Someone below holds units: give back what was taken
+				// and go the regular way.
+				lk.post(func(b *rdma.Batch) { lk.kidsOps(b, x, set) })
+			}
 		}
 		t0 := time.Now()
 		if m == Shared && !leaf {
@@ -348,6 +402,9 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 					b.MaskedFAA128(t.Addr(x), neg(fX), boundary)
 				}
 				lk.notifyOps(b, hn.notified, m.dcnt())
+				if hn.kids {
+					lk.kidsOps(b, x, allKids)
+				}
 			})
 			if m == Shared && !leaf {
 				// The turn went with S; a reader starts over at (a).
@@ -361,6 +418,9 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 		if leaf {
 			return hn, nil
 		}
+		if hn.kids {
+			lk.fastPaths.Add(1)
+		}
 		// A writer also waits for the readers occupying x itself: they
 		// passed the bakery turn on while they hold it.
 		if m == Exclusive {
@@ -370,8 +430,9 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 			}
 		}
 		// (d) Wait T_wait, then for every request that notified x or an
-		// internal node within M levels below it and conflicts with m.
-		if lk.cfg.Unsafe != "no-descendant-wait" {
+		// internal node within M levels below it and conflicts with m;
+		// unless the fast path holds every unit below x.
+		if lk.cfg.Unsafe != "no-descendant-wait" && !hn.kids {
 			if err := lk.sleepUntil(ctx, t0.Add(lk.cfg.Wait)); err != nil {
 				lk.abandon(hn, m)
 				return heldNode{}, err

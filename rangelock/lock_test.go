@@ -100,6 +100,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 		s := lk.Stats()
 		stats.Aborts += s.Aborts
 		stats.Backoffs += s.Backoffs
+		stats.FastPaths += s.FastPaths
 	}
 	// Every lock was released: the tree is back to its counters' balance.
 	return ov.Load(), 0, gr.Load(), stats
@@ -177,6 +178,25 @@ func TestNoOverlap(t *testing.T) {
 	}
 	if granted < 100 {
 		t.Fatalf("only %d locks in 3 s: the protocol is stuck", granted)
+	}
+}
+
+// TestNoOverlapFastPath: the same with CITRON's fast path (§3.8), which
+// must be taken, and a fast path that skips the wait without checking that
+// every unit below was free is caught.
+func TestNoOverlapFastPath(t *testing.T) {
+	overlaps, inversions, granted, st := checkRun(t, rangelock.Config{FastPath: true}, 16, 0.3, 2*time.Second)
+	t.Logf("granted %d, fast paths %d, aborts %d, backoffs %d", granted, st.FastPaths, st.Aborts, st.Backoffs)
+	if overlaps > 0 || inversions > 0 {
+		t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
+	}
+	if granted < 100 || st.FastPaths == 0 {
+		t.Fatalf("%d locks, %d through the fast path", granted, st.FastPaths)
+	}
+	overlaps, _, granted, _ = checkRun(t, rangelock.Config{FastPath: true, Unsafe: "fast-path-no-check"}, 16, 0.3, 2*time.Second)
+	t.Logf("broken fast path: %d overlapping units in %d grants", overlaps, granted)
+	if overlaps == 0 {
+		t.Fatal("the checker did not catch a fast path that ignores the bits below")
 	}
 }
 

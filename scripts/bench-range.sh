@@ -55,6 +55,8 @@ for r in $(seq 1 "$RUNS"); do
   for SETUP in "${SETUPS[@]}"; do
 	for L in 1 16 256; do
 		model -run "$r" -lock citron -range-sizes "$L" -readers 0 -keys zipf:0.9
+		# CITRON without its fast path (§3.8, Fig. 9), where it applies
+		[ "$L" -ge 64 ] && model -run "$r" -lock citron -range-fastpath=false -range-sizes "$L" -readers 0 -keys zipf:0.9
 		segs=("$L" $((L * 8)))
 		[ "$L" -ge 8 ] && segs+=($((L / 8))) # no segment is an eighth of one unit
 		for seg in "${segs[@]}"; do

@@ -85,6 +85,7 @@ type options struct {
 	rangeSizes     []uint64
 	rangeDepth     int
 	rangeWait      time.Duration
+	rangeFast      bool
 	ssSegment      uint64
 
 	switchCapacity uint64
@@ -144,6 +145,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.rangeSizesFlag, "range-sizes", "", "citron, ss: span lengths, comma-separated; clients take them in turn (CITRON's mixed workload: 1,16,256)")
 	fs.IntVar(&o.rangeDepth, "range-depth", 8, "citron, ss: depth of the range tree; the space is 64 x 4^depth units")
 	fs.DurationVar(&o.rangeWait, "range-wait", 0, "citron: T_wait (default: CITRON's 15µs on the model, rangelock's 2ms elsewhere)")
+	fs.BoolVar(&o.rangeFast, "range-fastpath", true, "citron: CITRON's fast path (§3.8): a writer on a node above leaves takes every bit below it and skips T_wait")
 	fs.Uint64Var(&o.ssSegment, "ss-segment", 1, "ss: units per segment")
 	fs.Uint64Var(&o.switchCapacity, "switch-capacity", 1_680_000, "fisslock: locks the switch decides (IDs below it; the rest fall back to ParLock); FissLock §7.2 fits 1.68M on a Tofino")
 	fs.DurationVar(&o.switchPacket, "switch-packet", time.Nanosecond, "fisslock, parlock: the emulated switch's time per packet")
@@ -247,8 +249,11 @@ func (o options) workloadName() string {
 
 // lockName is the lock as reported: ss with its segment size.
 func (o options) lockName() string {
-	if o.lock == "ss" {
+	switch {
+	case o.lock == "ss":
 		return fmt.Sprintf("ss-%d", o.ssSegment)
+	case o.lock == "citron" && !o.rangeFast:
+		return "citron-nofast"
 	}
 	return o.lock
 }

@@ -129,7 +129,7 @@ func makeRangeLockers(o options, eps []rdma.Endpoint, p params) []shiftlock.Lock
 	for i, ep := range eps {
 		switch o.lock {
 		case "citron":
-			cfg := rangelock.Config{Wait: o.rangeWait, NoToken: true}
+			cfg := rangelock.Config{Wait: o.rangeWait, NoToken: true, FastPath: o.rangeFast}
 			if cfg.Wait == 0 && o.fabric == "model" {
 				cfg.Wait = 15 * time.Microsecond // CITRON §4.7: on the fake clock the paper's RDMA timing holds
 			}
@@ -144,16 +144,17 @@ func makeRangeLockers(o options, eps []rdma.Endpoint, p params) []shiftlock.Lock
 
 // rangeStats sums the range lockers' retries.
 func rangeStats(ls []shiftlock.Locker) string {
-	var aborts, backoffs uint64
+	var aborts, backoffs, fast uint64
 	for _, l := range ls {
 		if c, ok := l.(citronLocker); ok {
 			s := c.lk.Stats()
 			aborts += s.Aborts
 			backoffs += s.Backoffs
+			fast += s.FastPaths
 		}
 	}
 	if _, ok := ls[0].(citronLocker); ok {
-		return fmt.Sprintf("aborts=%d backoffs=%d", aborts, backoffs)
+		return fmt.Sprintf("aborts=%d backoffs=%d fast_paths=%d", aborts, backoffs, fast)
 	}
 	return ""
 }
