@@ -122,6 +122,10 @@ for r in $(seq 1 "$RUNS"); do
 			# ShiftLock with its RelCnt bump off the handover's path
 			# (shiftlock.Config.PipelineBump), on the model only.
 			model -run "$r" -lock shiftlock-pipelined -keys "$keys" -workload "$wl"
+			# ... and both bump-free variants with writer runs of N = 64
+			# instead of the paper's 16 (docs/benchmarks.md, Reading the model).
+			model -run "$r" -lock shiftlock-pipelined -writer-run 64 -keys "$keys" -workload "$wl"
+			model -run "$r" -lock shiftlock-nobump -writer-run 64 -keys "$keys" -workload "$wl"
 		done
 	done
 	# The cap sweep: Zipf WI at other budgets, to show where the memory

@@ -37,7 +37,7 @@ func resolveParams(o options, rtt time.Duration) params {
 	if p.dslrR <= 0 {
 		p.dslrR = scale(10 * time.Microsecond)
 	}
-	p.shiftlockCfg = shiftlock.Config{}
+	p.shiftlockCfg = shiftlock.Config{Threshold: o.writerRun}
 	switch o.readerPoll {
 	case "rtt":
 		// The artifact's waiters READ, then busy-wait its backoff (1862ns

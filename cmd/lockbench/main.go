@@ -86,7 +86,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 // emit prints a run's row and appends it to the CSV.
 func emit(o options, r *result, stdout io.Writer) error {
 	printTable(stdout, []result{*r})
-	fmt.Fprintf(stdout, "cycles=%d abandoned=%d errors=%d rtt=%.1fµs hot_key=%.0f/s busy %.1f%% %s\n", r.Cycles, r.Abandoned, r.Errors, r.RTTus, r.HotRate, 100*r.HotBusy, r.Stats)
+	fmt.Fprintf(stdout, "cycles=%d abandoned=%d errors=%d rtt=%.1fµs hot_key=%.0f/s held %.1f%% asked-or-held %.1f%% %s\n", r.Cycles, r.Abandoned, r.Errors, r.RTTus, r.HotRate, 100*r.HotBusy, 100*r.HotAsked, r.Stats)
 	if o.csv != "" {
 		return appendCSV(o.csv, r)
 	}

@@ -75,8 +75,11 @@ type options struct {
 	// Measured on tcpfab (docs/benchmarks.md, micro notes), rtt gained
 	// nothing where the client CPU binds, so backoff stays the default.
 	readerPoll string
-	dslrOmega  time.Duration
-	dslrBase   time.Duration
+	// writerRun is ShiftLock's N, the most consecutive writers before
+	// waiting readers get the lock (shiftlock.Config.Threshold; 0: 16).
+	writerRun int
+	dslrOmega time.Duration
+	dslrBase  time.Duration
 
 	// The emulated FissLock: lock slots on the switch, the switch's time
 	// per packet, a server core's time per packet.
@@ -140,6 +143,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rttProbes, "rtt-probes", 500, "uncontended READs timed to measure the fabric round trip")
 	fs.DurationVar(&o.casBackoff, "cas-backoff", 0, "CAS-B initial backoff (default: 1862ns scaled by RTT/2µs)")
 	fs.StringVar(&o.readerPoll, "reader-poll", "backoff", "ShiftLock's READ polling interval: backoff (20µs doubling to 1ms), rtt (1862ns scaled by RTT/2µs, fixed, as the artifact), or a duration")
+	fs.IntVar(&o.writerRun, "writer-run", 0, "ShiftLock's N: the most consecutive writers before waiting readers get the lock (0: the client's default, 16; ShiftLock §4.7)")
 	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs)")
 	fs.DurationVar(&o.dslrBase, "dslr-backoff", 0, "DSLR random backoff base R (default: 10µs scaled by RTT/2µs)")
 	fs.StringVar(&o.rangeSizesFlag, "range-sizes", "", "citron, ss: span lengths, comma-separated; clients take them in turn (CITRON's mixed workload: 1,16,256)")
@@ -254,6 +258,8 @@ func (o options) lockName() string {
 		return fmt.Sprintf("ss-%d", o.ssSegment)
 	case o.lock == "citron" && !o.rangeFast:
 		return "citron-nofast"
+	case strings.HasPrefix(o.lock, "shiftlock") && o.writerRun > 0 && o.writerRun != shiftlockDefaultRun:
+		return fmt.Sprintf("%s-n%d", o.lock, o.writerRun)
 	}
 	return o.lock
 }
@@ -283,6 +289,10 @@ func (o options) fabricKind() string {
 	}
 	return "tcpfab"
 }
+
+// shiftlockDefaultRun is shiftlock.Config.Threshold's default, N = 16
+// (ShiftLock §4.7).
+const shiftlockDefaultRun = 16
 
 // isFiss reports whether kind is the emulated FissLock or its fallback.
 func isFiss(kind string) bool { return kind == "fisslock" || kind == "parlock" }

@@ -125,13 +125,34 @@ func locksIn(cells map[cellID]*cell, s string, fail bool) []string {
 			seen[id.lock] = true
 		}
 	}
-	var out []string
+	var out, extra []string
 	for _, k := range lockKinds {
 		if seen[k] {
 			out = append(out, k)
+			delete(seen, k)
 		}
 	}
-	return out
+	// Variants by parameter (shiftlock-pipelined-n64) after the kinds.
+	for k := range seen {
+		extra = append(extra, k)
+	}
+	sort.Strings(extra)
+	return append(out, extra...)
+}
+
+// colorOf is a lock's color in every plot; a variant by parameter takes
+// its kind's, darkened.
+func colorOf(lock string) color.Color {
+	if c, ok := lockColors[lock]; ok {
+		return c
+	}
+	for k, c := range lockColors {
+		if strings.HasPrefix(lock, k+"-n") {
+			r, g, b, _ := c.RGBA()
+			return color.RGBA{uint8(r >> 9), uint8(g >> 9), uint8(b >> 9), 0xff}
+		}
+	}
+	return color.RGBA{0x40, 0x40, 0x40, 0xff}
 }
 
 type group struct{ workload, keys string }
@@ -170,7 +191,7 @@ func groupedBars(p *plot.Plot, gs []string, locks []string, floor float64, value
 		if err != nil {
 			return err
 		}
-		bars.Color = lockColors[l]
+		bars.Color = colorOf(l)
 		bars.LineStyle.Width = 0
 		bars.Offset = w * (vg.Length(li) - vg.Length(len(locks)-1)/2)
 		p.Add(bars)
@@ -266,7 +287,7 @@ func latencyPlot(cells map[cellID]*cell, s string) *plot.Plot {
 		if err != nil {
 			return nil
 		}
-		sc.Color = lockColors[l]
+		sc.Color = colorOf(l)
 		sc.Shape = draw.BoxGlyph{}
 		sc.Radius = vg.Points(4)
 		p.Add(sc)
@@ -390,13 +411,13 @@ func failurePlot(cells map[cellID]*cell, s string) *plot.Plot {
 		if err != nil {
 			return nil
 		}
-		line.Color, points.Color = lockColors[l], lockColors[l]
+		line.Color, points.Color = colorOf(l), colorOf(l)
 		points.Shape = draw.CircleGlyph{}
 		p.Add(line, points)
 		p.Legend.Add(l, line, points)
 		if base != nil {
 			f := plotter.NewFunction(func(float64) float64 { return base.med.Goodput / 1000 })
-			f.Color = lockColors[l]
+			f.Color = colorOf(l)
 			f.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 			p.Add(f)
 			p.Legend.Add(l+", p = 0", f)

@@ -47,11 +47,12 @@ type result struct {
 	// Attempts is how many times the run was made (see -max-other-cpu).
 	Attempts int
 	IOPSCap  float64
-	// HotRate is requests per second for key 0, the hottest key, and
-	// HotBusy the share of the window during which it was held.
-	HotRate, HotBusy  float64
-	Abandoned, Errors uint64
-	Params, Stats     string
+	// HotRate is requests per second for key 0, the hottest key, HotBusy
+	// the share of the window during which it was held, and HotAsked the
+	// share during which it was asked for or held.
+	HotRate, HotBusy, HotAsked float64
+	Abandoned, Errors          uint64
+	Params, Stats              string
 	// Phases are ShiftLock's mean phase times in µs ("W-IA=2.05 ...").
 	Phases string
 }
@@ -124,6 +125,7 @@ var columns = []column{
 	fcol("iops_cap", func(r *result) *float64 { return &r.IOPSCap }),
 	fcol("hot_key_rate", func(r *result) *float64 { return &r.HotRate }),
 	fcol("hot_key_busy", func(r *result) *float64 { return &r.HotBusy }),
+	fcol("hot_key_asked", func(r *result) *float64 { return &r.HotAsked }),
 	ucol("abandoned", func(r *result) *uint64 { return &r.Abandoned }),
 	ucol("errors", func(r *result) *uint64 { return &r.Errors }),
 	scol("params", func(r *result) *string { return &r.Params }),

@@ -58,6 +58,12 @@ type bench struct {
 	start    time.Time
 	timeline []atomic.Uint64
 	hot      hotKey
+	// hotAsked is key 0 from request to release: the share of the window
+	// during which someone asked for it or held it. Near 1, requests queue
+	// behind each other at the key and its serial service binds; the held
+	// share alone misses that for locks whose release returns before the
+	// handover it starts has reached the next holder (MCS, FissLock).
+	hotAsked hotKey
 	// phases sums ShiftLock's phase times over the window (Table 2).
 	phases [shiftlock.NumPhases]atomic.Int64
 }
@@ -102,12 +108,18 @@ func (b *bench) loop(w *worker) {
 		}
 		t0 := time.Now()
 		w.blockedSince.Store(t0.UnixNano())
-		if entry == 0 && ph == phaseMeasure {
-			b.hot.requests.Add(1)
+		if entry == 0 {
+			if ph == phaseMeasure {
+				b.hot.requests.Add(1)
+			}
+			b.hotAsked.held(1, ph == phaseMeasure)
 		}
 		g, err := w.l.Acquire(ctx, entry, mode)
 		lat := time.Since(t0)
 		if err != nil {
+			if entry == 0 {
+				b.hotAsked.held(-1, b.phase.Load() == phaseMeasure)
+			}
 			w.fail(err)
 			return
 		}
@@ -139,6 +151,7 @@ func (b *bench) loop(w *worker) {
 		}
 		if entry == 0 {
 			b.hot.held(-1, b.phase.Load() == phaseMeasure)
+			b.hotAsked.held(-1, b.phase.Load() == phaseMeasure)
 		}
 		if !released {
 			continue
@@ -319,6 +332,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	}
 	r.HotRate = float64(b.hot.requests.Load()) / elapsed.Seconds()
 	r.HotBusy = b.hot.busy.Seconds() / elapsed.Seconds()
+	r.HotAsked = b.hotAsked.busy.Seconds() / elapsed.Seconds()
 	r.RP50, r.RP99, r.RP999 = percentiles(rh)
 	r.Phases = phaseMeans(&b.phases, wh.TotalCount(), rh.TotalCount())
 	r.WP50, r.WP99, r.WP999 = percentiles(wh)
