@@ -501,16 +501,6 @@ func renderTargets(b *strings.Builder, rs []result, cells map[cellID]*cell, s st
 	}
 }
 
-func locksPresent(cells map[cellID]*cell, s, lock string) int {
-	n := 0
-	for id := range cells {
-		if id.setup == s && id.lock == lock {
-			n++
-		}
-	}
-	return n
-}
-
 // renderCapSweep compares the locks on Zipf WI over a real memnode at every
 // IOPS cap the runs used, uncapped last: where the memory node's budget
 // binds and where the clients do.
