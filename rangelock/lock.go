@@ -40,6 +40,14 @@ type Config struct {
 	// node, and the request skips step 2(d)'s T_wait and its look at the
 	// descendants; if not, it clears the bits it set and waits as usual.
 	FastPath bool
+	// LeafPatience, if positive, is how long a request keeps retrying a
+	// leaf whose bits others hold before it takes the leaf's parent
+	// instead, an internal node with a bakery queue, which no stream of
+	// others can starve (CITRON §3.5.4, "optionally"). Off by default: at
+	// 4 × Wait it cut make bench-range's goodput at L = 16 to a fifth and
+	// raised the p99 (docs/rangelock.md), since the parent covers 256
+	// units and waits T_wait.
+	LeafPatience time.Duration
 	// NoToken skips the fencing token (Held.Token is then 0), as CITRON
 	// has none: the FAA on the tree's one counter word is a round trip per
 	// grant and an atomic every request makes on the same address, which a
@@ -76,7 +84,7 @@ type Locker struct {
 	tree Tree
 	cfg  Config
 
-	aborts, backoffs, fastPaths atomic.Uint64
+	aborts, backoffs, fastPaths, promotions atomic.Uint64
 }
 
 // Stats are the Locker's counts of retries.
@@ -90,11 +98,14 @@ type Stats struct {
 	// FastPaths: grants of an internal node that skipped step 2(d)'s wait
 	// because the request set every bit below it (Config.FastPath).
 	FastPaths uint64
+	// Promotions: a request starved at a leaf took its parent instead
+	// (Config.LeafPatience).
+	Promotions uint64
 }
 
 // Stats returns the counts so far.
 func (lk *Locker) Stats() Stats {
-	return Stats{Aborts: lk.aborts.Load(), Backoffs: lk.backoffs.Load(), FastPaths: lk.fastPaths.Load()}
+	return Stats{Aborts: lk.aborts.Load(), Backoffs: lk.backoffs.Load(), FastPaths: lk.fastPaths.Load(), Promotions: lk.promotions.Load()}
 }
 
 // New returns a Locker for tree on ep.
@@ -193,13 +204,24 @@ func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, erro
 	for attempt := 0; ; attempt++ {
 		h := &Held{lk: lk, l: l, r: r, mode: m}
 		var err error
+		failed := 0
 		for i, x := range nodes {
 			var hn heldNode
 			hn, err = lk.lockNode(ctx, x, l, r, m, i > 0)
 			if err != nil {
+				failed = i
 				break
 			}
 			h.nodes = append(h.nodes, hn)
+		}
+		if errors.Is(err, errStarved) {
+			// §3.5.4: take the starved leaf's parent instead, and start over.
+			if rerr := h.Release(context.WithoutCancel(ctx)); rerr != nil {
+				return nil, rerr
+			}
+			lk.promotions.Add(1)
+			nodes = lk.tree.promote(nodes, failed)
+			continue
 		}
 		if err == nil && lk.cfg.NoToken {
 			return h, nil
@@ -227,6 +249,10 @@ func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, erro
 
 // errBusy: a request that may not wait found its node taken.
 var errBusy = errors.New("rangelock: busy")
+
+// errStarved: a request kept finding a leaf's bits taken for longer than
+// Config.LeafPatience.
+var errStarved = errors.New("rangelock: starved at a leaf")
 
 // Release unlocks every node of the lock (Algorithm 3), in one batch.
 func (h *Held) Release(ctx context.Context) error {
@@ -291,7 +317,8 @@ func (lk *Locker) notifyOps(b *rdma.Batch, as []uint64, f rdma.Field) {
 func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait bool) (heldNode, error) {
 	t := lk.tree
 	leaf := t.Leaf(x)
-	turn := false // we hold x's bakery turn and must pass it on
+	turn := false          // we hold x's bakery turn and must pass it on
+	var starving time.Time // a leaf's first failed masked CAS
 	fail := func(err error) (heldNode, error) {
 		if turn {
 			lk.post(func(b *rdma.Batch) { b.MaskedFAA128(t.Addr(x), add(fTCnt, 1), boundary) })
@@ -382,6 +409,11 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 			lk.post(func(b *rdma.Batch) { lk.notifyOps(b, hn.notified, m.dcnt()) })
 			if noWait {
 				return fail(errBusy)
+			}
+			if starving.IsZero() {
+				starving = t0
+			} else if lk.cfg.LeafPatience > 0 && x > 1 && t0.Sub(starving) > lk.cfg.LeafPatience {
+				return fail(errStarved)
 			}
 			if err := lk.sleep(ctx); err != nil {
 				return fail(err)

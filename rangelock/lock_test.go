@@ -21,6 +21,12 @@ import (
 // writer's mark, is a conflict the lock let through. It returns the
 // conflicting units seen and the locks granted.
 func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration) (overlaps, inversions, granted int64, stats rangelock.Stats) {
+	return checkRunIn(t, cfg, clients, shared, d, 0)
+}
+
+// checkRunIn is checkRun with every span starting below hot (0: anywhere),
+// to crowd the clients onto a few leaves.
+func checkRunIn(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration, hot uint64) (overlaps, inversions, granted int64, stats rangelock.Stats) {
 	var hist history
 	defer func() { inversions = int64(hist.fenceInversions()) }()
 	t.Helper()
@@ -54,6 +60,8 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 				switch k := r.IntN(100); {
 				case k < 2: // the whole space
 					l, n = 0, tree.Units()
+				case hot > 0: // crowded onto a few leaves
+					l, n = r.Uint64N(hot), 1+r.Uint64N(8)
 				case k < 50: // within about a leaf
 					l, n = r.Uint64N(tree.Units()), 1+r.Uint64N(64)
 				case k < 85:
@@ -101,6 +109,7 @@ func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d
 		stats.Aborts += s.Aborts
 		stats.Backoffs += s.Backoffs
 		stats.FastPaths += s.FastPaths
+		stats.Promotions += s.Promotions
 	}
 	// Every lock was released: the tree is back to its counters' balance.
 	return ov.Load(), 0, gr.Load(), stats
@@ -197,6 +206,19 @@ func TestNoOverlapFastPath(t *testing.T) {
 	t.Logf("broken fast path: %d overlapping units in %d grants", overlaps, granted)
 	if overlaps == 0 {
 		t.Fatal("the checker did not catch a fast path that ignores the bits below")
+	}
+}
+
+// TestLeafPromotion: requests that give up on a leaf almost at once and
+// take its parent (§3.5.4) keep the spans apart too.
+func TestLeafPromotion(t *testing.T) {
+	overlaps, inversions, granted, st := checkRunIn(t, rangelock.Config{LeafPatience: time.Microsecond, FastPath: true}, 16, 0.3, 2*time.Second, 128)
+	t.Logf("granted %d, promotions %d, fast paths %d, backoffs %d", granted, st.Promotions, st.FastPaths, st.Backoffs)
+	if overlaps > 0 || inversions > 0 {
+		t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
+	}
+	if granted < 100 || st.Promotions == 0 {
+		t.Fatalf("%d locks, %d promotions", granted, st.Promotions)
 	}
 }
 

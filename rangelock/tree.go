@@ -170,6 +170,25 @@ func (t Tree) SplitShared(l, r uint64) []uint64 {
 	return out
 }
 
+// promote replaces nodes[i] with its parent (CITRON §3.5.4), dropping a
+// node the parent now holds, or the parent if the other node holds it,
+// and keeps the nodes in ascending index order.
+func (t Tree) promote(nodes []uint64, i int) []uint64 {
+	out := append([]uint64(nil), nodes...)
+	out[i] = parent(out[i])
+	if len(out) == 2 {
+		switch {
+		case t.contains(out[0], out[1]):
+			out = out[:1]
+		case t.contains(out[1], out[0]):
+			out = out[1:]
+		case out[0] > out[1]:
+			out[0], out[1] = out[1], out[0]
+		}
+	}
+	return out
+}
+
 // contains reports whether node a's span holds node b's.
 func (t Tree) contains(a, b uint64) bool {
 	alo, ahi := t.Range(a)

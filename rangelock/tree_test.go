@@ -2,6 +2,7 @@ package rangelock
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
@@ -106,5 +107,24 @@ func TestLeafMask(t *testing.T) {
 	}
 	if m := tr.leafMask(3, 0, 65); m != 1 {
 		t.Fatalf("[0,65) in leaf 3: %b", m)
+	}
+}
+
+func TestPromote(t *testing.T) {
+	tr, _ := NewTree(rdma.Addr{}, 2) // leaves 6..21, their parents 2..5
+	for _, c := range []struct {
+		in   []uint64
+		i    int
+		want []uint64
+	}{
+		{[]uint64{10}, 0, []uint64{3}},
+		{[]uint64{10, 11}, 0, []uint64{3}},     // the parent holds the other leaf
+		{[]uint64{10, 11}, 1, []uint64{3}},     // 11's parent is also 3: one node
+		{[]uint64{5, 10}, 1, []uint64{3, 5}},   // reordered
+		{[]uint64{10, 14}, 0, []uint64{3, 14}}, // 14 lies under 4, not 3
+	} {
+		if got := tr.promote(c.in, c.i); !slices.Equal(got, c.want) {
+			t.Errorf("promote(%v, %d) = %v, want %v", c.in, c.i, got, c.want)
+		}
 	}
 }

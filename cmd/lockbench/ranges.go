@@ -144,17 +144,18 @@ func makeRangeLockers(o options, eps []rdma.Endpoint, p params) []shiftlock.Lock
 
 // rangeStats sums the range lockers' retries.
 func rangeStats(ls []shiftlock.Locker) string {
-	var aborts, backoffs, fast uint64
+	var aborts, backoffs, fast, promoted uint64
 	for _, l := range ls {
 		if c, ok := l.(citronLocker); ok {
 			s := c.lk.Stats()
 			aborts += s.Aborts
 			backoffs += s.Backoffs
 			fast += s.FastPaths
+			promoted += s.Promotions
 		}
 	}
 	if _, ok := ls[0].(citronLocker); ok {
-		return fmt.Sprintf("aborts=%d backoffs=%d fast_paths=%d", aborts, backoffs, fast)
+		return fmt.Sprintf("aborts=%d backoffs=%d fast_paths=%d promotions=%d", aborts, backoffs, fast, promoted)
 	}
 	return ""
 }
