@@ -60,8 +60,10 @@ func checkRunIn(t *testing.T, cfg rangelock.Config, clients int, shared float64,
 				switch k := r.IntN(100); {
 				case k < 2: // the whole space
 					l, n = 0, tree.Units()
-				case hot > 0: // crowded onto a few leaves
+				case hot > 0 && k < 60: // crowded onto a few leaves
 					l, n = r.Uint64N(hot), 1+r.Uint64N(8)
+				case hot > 0: // and onto the nodes just above them
+					l, n = r.Uint64N(hot), 64+r.Uint64N(193)
 				case k < 50: // within about a leaf
 					l, n = r.Uint64N(tree.Units()), 1+r.Uint64N(64)
 				case k < 85:
@@ -194,16 +196,31 @@ func TestNoOverlap(t *testing.T) {
 // must be taken, and a fast path that skips the wait without checking that
 // every unit below was free is caught.
 func TestNoOverlapFastPath(t *testing.T) {
-	overlaps, inversions, granted, st := checkRun(t, rangelock.Config{FastPath: true}, 16, 0.3, 2*time.Second)
-	t.Logf("granted %d, fast paths %d, aborts %d, backoffs %d", granted, st.FastPaths, st.Aborts, st.Backoffs)
-	if overlaps > 0 || inversions > 0 {
-		t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
+	// A run on a loaded machine may grant too little to take the fast
+	// path; it is tried again, and every try must be free of overlaps.
+	var granted int64
+	var st rangelock.Stats
+	for try := 0; try < 3 && (granted < 20 || st.FastPaths == 0); try++ {
+		var overlaps, inversions int64
+		overlaps, inversions, granted, st = checkRun(t, rangelock.Config{FastPath: true}, 16, 0.3, 2*time.Second)
+		t.Logf("granted %d, fast paths %d, aborts %d, backoffs %d", granted, st.FastPaths, st.Aborts, st.Backoffs)
+		if overlaps > 0 || inversions > 0 {
+			t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
+		}
 	}
-	if granted < 100 || st.FastPaths == 0 {
+	if granted < 20 || st.FastPaths == 0 {
 		t.Fatalf("%d locks, %d through the fast path", granted, st.FastPaths)
 	}
-	overlaps, _, granted, _ = checkRun(t, rangelock.Config{FastPath: true, Unsafe: "fast-path-no-check"}, 16, 0.3, 2*time.Second)
-	t.Logf("broken fast path: %d overlapping units in %d grants", overlaps, granted)
+	var overlaps int64
+	// The broken variant runs where spans of a leaf and of the node above
+	// it meet, and again if a loaded machine kept them apart by chance.
+	for try := 0; try < 3; try++ {
+		overlaps, _, granted, _ = checkRunIn(t, rangelock.Config{FastPath: true, Unsafe: "fast-path-no-check"}, 16, 0.3, 2*time.Second, 512)
+		t.Logf("broken fast path: %d overlapping units in %d grants", overlaps, granted)
+		if overlaps > 0 {
+			break
+		}
+	}
 	if overlaps == 0 {
 		t.Fatal("the checker did not catch a fast path that ignores the bits below")
 	}
@@ -212,12 +229,17 @@ func TestNoOverlapFastPath(t *testing.T) {
 // TestLeafPromotion: requests that give up on a leaf almost at once and
 // take its parent (§3.5.4) keep the spans apart too.
 func TestLeafPromotion(t *testing.T) {
-	overlaps, inversions, granted, st := checkRunIn(t, rangelock.Config{LeafPatience: time.Microsecond, FastPath: true}, 16, 0.3, 2*time.Second, 128)
-	t.Logf("granted %d, promotions %d, fast paths %d, backoffs %d", granted, st.Promotions, st.FastPaths, st.Backoffs)
-	if overlaps > 0 || inversions > 0 {
-		t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
+	var granted int64
+	var st rangelock.Stats
+	for try := 0; try < 3 && (granted < 20 || st.Promotions == 0); try++ {
+		var overlaps, inversions int64
+		overlaps, inversions, granted, st = checkRunIn(t, rangelock.Config{LeafPatience: time.Microsecond, FastPath: true}, 16, 0.3, 2*time.Second, 128)
+		t.Logf("granted %d, promotions %d, fast paths %d, backoffs %d", granted, st.Promotions, st.FastPaths, st.Backoffs)
+		if overlaps > 0 || inversions > 0 {
+			t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
+		}
 	}
-	if granted < 100 || st.Promotions == 0 {
+	if granted < 20 || st.Promotions == 0 {
 		t.Fatalf("%d locks, %d promotions", granted, st.Promotions)
 	}
 }
