@@ -25,26 +25,8 @@ OUT=${OUT:-out/bench-fisslock}
 CSV=$OUT/fisslock.csv
 LABEL=fisslock-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
-go build -o bin/lockbench ./cmd/lockbench || exit 1
-go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
-
-start=$(date +%s)
-n=0
-failed=0
-model() {
-	local out row
-	n=$((n + 1))
-	out=$(LOCKBENCH_MODEL="$* -clients 160 -nodes 8 -server-packet $SERVER_PACKET -reader-poll rtt \
-		-model-verb 2us -model-send 3us -iops-cap 32000000 -label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
-		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
-	row=$(grep -m1 ' model ' <<<"$out")
-	if [ -n "$row" ]; then
-		printf '[%3d %5ss] %s\n' "$n" "$(($(date +%s) - start))" "$(awk '{printf "%s %s %s %s/s", $1, $3, $4, $5}' <<<"$row")"
-	else
-		failed=$((failed + 1))
-		echo "   run $n ($*) failed: $(tail -1 "$OUT/last.err")" >&2
-	fi
-}
+MODEL_FLAGS="-clients 160 -nodes 8 -server-packet $SERVER_PACKET -reader-poll rtt -iops-cap 32000000"
+. scripts/model-run.sh
 
 for r in $(seq 1 "$RUNS"); do
 	for keys in uniform zipf:0.99; do

@@ -25,26 +25,8 @@ OUT=${OUT:-out/bench-range}
 CSV=$OUT/range.csv
 LABEL=range-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
-go build -o bin/lockbench ./cmd/lockbench || exit 1
-go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
-
-start=$(date +%s)
-n=0
-failed=0
-model() {
-	local out row
-	n=$((n + 1))
-	out=$(LOCKBENCH_MODEL="$* $SETUP -clients $CLIENTS -nodes 3 -entries 4194304 -range-depth 8 \
-		-model-verb 2us -model-send 3us -label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
-		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
-	row=$(grep -m1 ' model ' <<<"$out")
-	if [ -n "$row" ]; then
-		printf '[%3d %5ss] %s\n' "$n" "$(($(date +%s) - start))" "$(awk '{printf "%s %s %s %s %s/s", $1, $3, $4, $5, $6}' <<<"$row")"
-	else
-		failed=$((failed + 1))
-		echo "   run $n ($*) failed: $(tail -1 "$OUT/last.err")" >&2
-	fi
-}
+MODEL_FLAGS="-clients $CLIENTS -nodes 3 -entries 4194304 -range-depth 8"
+. scripts/model-run.sh
 
 # Two memory nodes: the model's 32M verbs/s (ShiftLock's testbed), where
 # CITRON's T_wait must be WAIT; and one without a verb budget, with the
@@ -52,26 +34,26 @@ model() {
 # the bottleneck at these loads.
 SETUPS=("-iops-cap 32000000 -range-wait $WAIT" "-iops-cap 0 -range-wait 15us")
 for r in $(seq 1 "$RUNS"); do
-  for SETUP in "${SETUPS[@]}"; do
-	for L in 1 16 256; do
-		model -run "$r" -lock citron -range-sizes "$L" -readers 0 -keys zipf:0.9
-		# CITRON without its fast path (§3.8, Fig. 9), where it applies
-		[ "$L" -ge 64 ] && model -run "$r" -lock citron -range-fastpath=false -range-sizes "$L" -readers 0 -keys zipf:0.9
-		segs=("$L" $((L * 8)))
-		[ "$L" -ge 8 ] && segs+=($((L / 8))) # no segment is an eighth of one unit
-		for seg in "${segs[@]}"; do
-			model -run "$r" -lock ss -ss-segment "$seg" -range-sizes "$L" -readers 0 -keys zipf:0.9
+	for SETUP in "${SETUPS[@]}"; do
+		for L in 1 16 256; do
+			model $SETUP -run "$r" -lock citron -range-sizes "$L" -readers 0 -keys zipf:0.9
+			# CITRON without its fast path (§3.8, Fig. 9), where it applies
+			[ "$L" -ge 64 ] && model $SETUP -run "$r" -lock citron -range-fastpath=false -range-sizes "$L" -readers 0 -keys zipf:0.9
+			segs=("$L" $((L * 8)))
+			[ "$L" -ge 8 ] && segs+=($((L / 8))) # no segment is an eighth of one unit
+			for seg in "${segs[@]}"; do
+				model $SETUP -run "$r" -lock ss -ss-segment "$seg" -range-sizes "$L" -readers 0 -keys zipf:0.9
+			done
+		done
+		model $SETUP -run "$r" -lock citron -range-sizes 1,16,256 -readers 0 -keys zipf:0.9
+		for seg in 1 16 256; do
+			model $SETUP -run "$r" -lock ss -ss-segment "$seg" -range-sizes 1,16,256 -readers 0 -keys zipf:0.9
+		done
+		for v in "-readers 0 -keys uniform" "-readers 0.5 -keys zipf:0.9"; do
+			model $SETUP -run "$r" -lock citron -range-sizes 16 $v
+			model $SETUP -run "$r" -lock ss -ss-segment 16 -range-sizes 16 $v
 		done
 	done
-	model -run "$r" -lock citron -range-sizes 1,16,256 -readers 0 -keys zipf:0.9
-	for seg in 1 16 256; do
-		model -run "$r" -lock ss -ss-segment "$seg" -range-sizes 1,16,256 -readers 0 -keys zipf:0.9
-	done
-	for v in "-readers 0 -keys uniform" "-readers 0.5 -keys zipf:0.9"; do
-		model -run "$r" -lock citron -range-sizes 16 $v
-		model -run "$r" -lock ss -ss-segment 16 -range-sizes 16 $v
-	done
-  done
 done
 
 elapsed=$(($(date +%s) - start))

@@ -81,6 +81,24 @@ func find(cells map[cellID]*cell, setup, lock, workload, keys string) *cell {
 	return nil
 }
 
+// gridRows reads the rows of one grid from a CSV: those labelled label, or
+// with an empty label those of the last row's label, which names the
+// newest grid. It returns the label it used.
+func gridRows(path, label string) ([]result, string, error) {
+	rs, err := readCSV(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if label == "" {
+		label = latestLabel(rs)
+	}
+	rs = withLabel(rs, label)
+	if len(rs) == 0 {
+		return nil, label, fmt.Errorf("no rows labelled %q in %s", label, path)
+	}
+	return rs, label, nil
+}
+
 // latestLabel is the label of the last row, which names the newest grid.
 func latestLabel(rs []result) string {
 	if len(rs) == 0 {

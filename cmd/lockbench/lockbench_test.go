@@ -17,15 +17,7 @@ import (
 func TestUncontendedCycle(t *testing.T) {
 	for _, kind := range verbLocks {
 		t.Run(kind, func(t *testing.T) {
-			o, err := parseRun([]string{"-lock", kind, "-clients", "1", "-nodes", "1", "-entries", "4096",
-				"-keys", "uniform", "-duration", "200ms", "-warmup", "50ms", "-progress=false", "-rtt-probes", "10"}, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := runBench(o, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := uncontended(t, kind)
 			if r.Cycles < 100 {
 				t.Fatalf("only %d cycles", r.Cycles)
 			}
@@ -46,6 +38,21 @@ func TestUncontendedCycle(t *testing.T) {
 	}
 }
 
+// uncontended runs lock kind with one client on spread-out keys.
+func uncontended(t *testing.T, kind string) *result {
+	t.Helper()
+	o, err := parseRun([]string{"-lock", kind, "-clients", "1", "-nodes", "1", "-entries", "4096",
+		"-keys", "uniform", "-duration", "200ms", "-warmup", "50ms", "-progress=false", "-rtt-probes", "10"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runBench(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestUncontendedFissLock: an uncontended FissLock cycle is one packet to
 // the switch to acquire and one (FREE) to release, with no server work; its
 // fallback alone, with every lock managed on the requester's machine, is
@@ -56,15 +63,7 @@ func TestUncontendedFissLock(t *testing.T) {
 		"parlock":  "switch_pkts_per_cycle=0.00 server_pkts_per_cycle=2.00",
 	} {
 		t.Run(kind, func(t *testing.T) {
-			o, err := parseRun([]string{"-lock", kind, "-clients", "1", "-nodes", "1", "-entries", "4096",
-				"-keys", "uniform", "-duration", "200ms", "-warmup", "50ms", "-progress=false", "-rtt-probes", "10"}, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := runBench(o, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := uncontended(t, kind)
 			if r.Cycles < 100 || !strings.Contains(r.Stats, want) || r.Atomics+r.Reads+r.Writes+r.Sends != 0 {
 				t.Fatalf("%d cycles, %.2f verbs per cycle, counters %q; want %q and no verbs", r.Cycles, r.Atomics+r.Reads+r.Writes+r.Sends, r.Stats, want)
 			}

@@ -52,16 +52,9 @@ func plotCmd(args []string, stderr io.Writer) error {
 	if *csvPath == "" {
 		return errors.New("plot: -csv is required")
 	}
-	rs, err := readCSV(*csvPath)
+	rs, _, err := gridRows(*csvPath, *label)
 	if err != nil {
-		return err
-	}
-	if *label == "" {
-		*label = latestLabel(rs)
-	}
-	rs = withLabel(rs, *label)
-	if len(rs) == 0 {
-		return fmt.Errorf("plot: no rows labelled %q in %s", *label, *csvPath)
+		return fmt.Errorf("plot: %w", err)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err

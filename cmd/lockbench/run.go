@@ -243,14 +243,16 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 			b.phases[ph].Add(int64(d))
 		}
 	}
-	lockers := makeLockers(o.lock, eps, p)
-	if isRangeLock(o.lock) {
-		lockers = makeRangeLockers(o, eps, p)
-	}
+	var lockers []shiftlock.Locker
 	var fc *fisslock.Cluster
-	if isFiss(o.lock) {
+	switch {
+	case isRangeLock(o.lock):
+		lockers = makeRangeLockers(o, eps, p)
+	case isFiss(o.lock):
 		fc, lockers = newFiss(o)
 		defer fc.Close()
+	default:
+		lockers = makeLockers(o.lock, eps, p)
 	}
 	total := o.warmup + o.duration
 	if o.timeline != "" {

@@ -51,17 +51,11 @@ func summaryCmd(args []string, stderr io.Writer) error {
 	if o.csv == "" {
 		return errors.New("summary: -csv is required")
 	}
-	rs, err := readCSV(o.csv)
+	rs, label, err := gridRows(o.csv, o.label)
 	if err != nil {
-		return err
+		return fmt.Errorf("summary: %w", err)
 	}
-	if o.label == "" {
-		o.label = latestLabel(rs)
-	}
-	rs = withLabel(rs, o.label)
-	if len(rs) == 0 {
-		return fmt.Errorf("summary: no rows labelled %q", o.label)
-	}
+	o.label = label
 	section := renderSummary(o, rs)
 	return docsection.Replace(o.doc, "Benchmarks", docSection, section)
 }

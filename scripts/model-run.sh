@@ -1,0 +1,30 @@
+# Sourced by the model-fabric benchmark scripts (bench-range.sh,
+# bench-fisslock.sh). model runs one lockbench measurement on the model
+# fabric (cmd/lockbench TestModel, built into bin/lockbench-model): the
+# paper's timing (2 µs verbs, 3 µs Sends), the script's MODEL_FLAGS and the
+# arguments; the row goes to $CSV under $LABEL, and a line of progress to
+# stdout. The sourcing script sets CSV, LABEL, OUT, DURATION, WARMUP and
+# MODEL_FLAGS; n and failed count runs and failures.
+
+go build -o bin/lockbench ./cmd/lockbench || exit 1
+go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
+
+start=$(date +%s)
+n=0
+failed=0
+model() {
+	local out row
+	n=$((n + 1))
+	out=$(LOCKBENCH_MODEL="$* $MODEL_FLAGS -model-verb 2us -model-send 3us \
+		-label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
+		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
+	row=$(grep -m1 ' model ' <<<"$out")
+	if [ -n "$row" ]; then
+		# lock, keys, workload (one or two words), goodput
+		printf '[%3d %5ss] %s\n' "$n" "$(($(date +%s) - start))" \
+			"$(awk '{s = $1 " " $3; for (i = 4; i <= NF; i++) { s = s " " $i; if ($i ~ /^[0-9]+$/) break } print s "/s"}' <<<"$row")"
+	else
+		failed=$((failed + 1))
+		echo "   run $n ($*) failed: $(tail -1 "$OUT/last.err")" >&2
+	fi
+}
