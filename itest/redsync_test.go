@@ -97,9 +97,19 @@ func TestRedsyncSinglePool(t *testing.T) {
 }
 
 // TestRedsyncThreeProxies is RedLock with three pools, each a proxy process,
-// all on one memory node process: quorum works, exclusion holds.
+// all on one memory node process: quorum works, exclusion holds, with owner
+// recognition alone and with quorum routing.
 func TestRedsyncThreeProxies(t *testing.T) {
-	_, ps := cluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"recognition", nil}, {"routing", []string{"-quorum-routing"}}} {
+		t.Run(tc.name, func(t *testing.T) { redsyncThreeProxies(t, tc.args...) })
+	}
+}
+
+func redsyncThreeProxies(t *testing.T, proxyArgs ...string) {
+	_, ps := cluster(t, 3, proxyArgs...)
 	rs := redsync.New(pools(t, ps[0].Addr, ps[1].Addr, ps[2].Addr)...)
 	ctx := ctxT(t, 2*time.Minute)
 	m := rs.NewMutex("q", redsync.WithExpiry(5*time.Second))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
@@ -132,4 +134,89 @@ func TestUncontendedCycleIsOneAtomicEach(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRoutedQuorumCycleIsOneAtomicEach: RedLock through three proxies of
+// one memory node process, with quorum routing, is one lock: a redsync
+// Lock and Unlock over the three pools cost the memory node one atomic for
+// the acquire and one for the release in all, as one proxy's cycle does
+// (without routing: three each).
+func TestRoutedQuorumCycleIsOneAtomicEach(t *testing.T) {
+	_, ps := cluster(t, 3, "-quorum-routing", "-metrics", "127.0.0.1:0")
+	var maddrs []string
+	for _, p := range ps {
+		maddrs = append(maddrs, metricsAddr(t, p))
+	}
+	// The proxies find each other by hellos, twice a second.
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		all := true
+		for _, a := range maddrs {
+			all = all && gaugeValue(t, a, "proxy_routers") == 3
+		}
+		if all {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the proxies did not see each other as routers")
+		}
+	}
+	rs := redsync.New(pools(t, ps[0].Addr, ps[1].Addr, ps[2].Addr)...)
+	ctx := ctxT(t, time.Minute)
+	total := func() (atomics, forwarded float64) {
+		for _, a := range maddrs {
+			vc := scrapeVerbs(t, a, "out")
+			atomics += vc.verbs["cas"] + vc.verbs["faa"] + vc.verbs["masked_cas"] + vc.verbs["masked_faa"]
+			forwarded += gaugeValue(t, a, "proxy_routed_forwarded_total")
+		}
+		return
+	}
+	cycle := func(i int) {
+		m := rs.NewMutex(fmt.Sprintf("q:%d", i), redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
+		if err := m.LockContext(ctx); err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+		if ok, err := m.UnlockContext(ctx); !ok || err != nil {
+			t.Fatalf("unlock %d: %v %v", i, ok, err)
+		}
+	}
+	cycle(-1) // the first grants push the lease horizons (heartbeats, not atomics)
+	const n = 200
+	a0, f0 := total()
+	for i := 0; i < n; i++ {
+		cycle(i)
+	}
+	// Releases of shares travel as messages; the lock's own release may
+	// land just after Unlock returns.
+	var a1, f1 float64
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if a1, f1 = total(); a1-a0 >= 2*n || time.Now().After(end) {
+			break
+		}
+	}
+	if a1-a0 != 2*n {
+		t.Fatalf("%d RedLock cycles over three routed proxies cost %v atomics, want %d", n, a1-a0, 2*n)
+	}
+	if f1-f0 != 2*n {
+		t.Fatalf("%d cycles forwarded %v acquires, want %d (two of every three requests)", n, f1-f0, 2*n)
+	}
+}
+
+// gaugeValue reads one unlabelled metric from a proxy's /metrics.
+func gaugeValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	t.Fatalf("%s has no %s", addr, name)
+	return 0
 }

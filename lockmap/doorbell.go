@@ -364,6 +364,10 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 	var tag uint64
 	if dom.Client.OwnerTags() {
 		tag = ownerTag(key, token)
+		if m.routerOf(w.di, dom) != nil && opt.TTL > 0 && opt.Wait > 0 {
+			blocking() // routed: waits for messages (route.go)
+			return
+		}
 		if m.heldByOther(key, token) {
 			blocking()
 			return

@@ -39,6 +39,13 @@ type Config struct {
 	// OnHoldEnd, if set, is told how long each hold lasted when it ends:
 	// released or deleted by a client, or expired by its TTL.
 	OnHoldEnd func(m shiftlock.Mode, held time.Duration, expired bool)
+	// Route turns on quorum routing (route.go): single-key exclusive
+	// acquires with a TTL and a wait budget are taken at the key's home
+	// proxy, so that a RedLock client's requests through several proxies
+	// of one memory node share one lock. It costs a message round trip per
+	// acquire and per release whose home is another proxy; turn it on where
+	// clients use RedLock over the proxies.
+	Route bool
 }
 
 // Map is the lock table of one proxy. It is safe for concurrent use.
@@ -59,6 +66,9 @@ type Map struct {
 	excl   map[entryKey]int
 
 	rng ranges // range locks (ranges.go)
+
+	routers []atomic.Pointer[router] // per memory node, with Config.Route
+	rstats  RouteStats
 }
 
 type entryKey struct {
@@ -99,6 +109,15 @@ type hold struct {
 // owner's other holds let go.
 func (h *hold) shadow() bool { return h.g == nil || h.g.pending() }
 
+// fwd is the hold's share of a lock its home proxy holds, if it is one.
+func (h *hold) fwd() *fwdGrant {
+	if h.g == nil || !h.g.remote {
+		return nil
+	}
+	fg, _ := h.g.g.(*fwdGrant)
+	return fg
+}
+
 // grant is one ShiftLock grant. Keys of one multi-key acquire that land on
 // the same entry share it; it is released when the last of them is.
 type grant struct {
@@ -109,6 +128,12 @@ type grant struct {
 	g     shiftlock.Grant
 	refs  int  // guarded by grantMu
 	excl  bool // counted in Map.excl: it held the entry itself when granted
+
+	// Quorum routing: a lock taken here as its key's home (home, router),
+	// or a share of one held by another proxy (remote; g is a fwdGrant).
+	home   *homeEntry
+	router *router
+	remote bool
 }
 
 // pending reports whether the grant's lock is held by its owner elsewhere
@@ -136,11 +161,35 @@ func New(doms []*Domain, cfg Config) *Map {
 		m.shards[i].keys = map[string][]*hold{}
 	}
 	m.exp = newExpirer(m.expire)
+	if cfg.Route {
+		m.routers = make([]atomic.Pointer[router], len(doms))
+		for i, d := range doms {
+			m.routers[i].Store(newRouter(m, i, d))
+		}
+	}
 	return m
 }
 
-// Close stops TTL expiry. It does not release held locks.
-func (m *Map) Close() { m.exp.stop() }
+// Close stops TTL expiry and routing. It does not release held locks.
+func (m *Map) Close() {
+	m.exp.stop()
+	for i := range m.routers {
+		if r := m.routers[i].Swap(nil); r != nil {
+			r.stop()
+		}
+	}
+}
+
+// routerOf is memory node di's router, nil without routing.
+func (m *Map) routerOf(di int, d *Domain) *router {
+	if m.routers == nil {
+		return nil
+	}
+	if r := m.routers[di].Load(); r != nil && r.dom == d {
+		return r
+	}
+	return nil
+}
 
 // Domains are the current memberships of the memory nodes, in Locate order.
 func (m *Map) Domains() []*Domain {
@@ -162,6 +211,11 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 		return 0, fmt.Errorf("lockmap: memory node %d now has %d entries, not %d: keys would move", i, n, m.entries[i])
 	}
 	old := m.doms[i].Swap(d)
+	if m.routers != nil {
+		if r := m.routers[i].Swap(newRouter(m, i, d)); r != nil {
+			r.stop()
+		}
+	}
 	var gone []*hold
 	next := make(chan struct{})
 	close(*m.changed.Swap(&next))
@@ -308,6 +362,20 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	var tag uint64
 	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive && fresh[0].dom.Client.OwnerTags() {
 		tag = ownerTag(keys[0], token)
+		if r := m.routerOf(fresh[0].di, fresh[0].dom); r != nil && opt.TTL > 0 && !deadline.IsZero() {
+			// Quorum routing: the key's home proxy takes the lock, or
+			// joins this token's hold of it (route.go). Waiting there
+			// involves messages, which never run on an event loop.
+			if isNoWait(ctx) {
+				return nil, false, ErrWouldBlock
+			}
+			gr, waited, err := r.lock(ctx, fresh[0].entry, tag, deadline, opt.TTL, opt.Queue)
+			queued = waited
+			if err != nil || gr == nil {
+				return nil, false, err
+			}
+			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, []*grant{gr}, 0)
+		}
 		if m.heldByOther(keys[0], token) {
 			// Another token holds it here, as a shadow of its hold through
 			// another proxy: an independent Redis instance would refuse, so
@@ -392,8 +460,8 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	// Every memory node we hold on must have our lease cover the deadline,
 	// pending grants included: their lock may arrive at any moment.
 	for i, gr := range got {
-		if gr.dom.Lease == nil || coveredBy(got[:i], gr.dom) {
-			continue
+		if gr.remote || gr.dom.Lease == nil || coveredBy(got[:i], gr.dom) {
+			continue // a share's lease is its home's
 		}
 		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
 			undo()
@@ -401,6 +469,13 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 		}
 	}
 	for _, h := range refresh {
+		if fg := h.fwd(); fg != nil {
+			if ok, err := fg.extend(ctx, opt.TTL); !ok || err != nil {
+				undo()
+				return nil, false, err
+			}
+			continue
+		}
 		d, _ := m.Where(h.key)
 		if d.Lease != nil {
 			if err := d.Lease.Cover(ctx, end, opt.TTL); err != nil {
@@ -797,6 +872,9 @@ func (m *Map) lastRef(g *grant) bool {
 	if last && g.excl {
 		m.countExcl(g, -1)
 	}
+	if last && g.home != nil {
+		g.router.forget(g.home)
+	}
 	return last
 }
 
@@ -862,6 +940,22 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 		return false, nil
 	}
 	end := time.Now().Add(ttl)
+	if fg := hs[0].fwd(); fg != nil && len(hs) == 1 {
+		// A share of a lock held by the key's home: the home runs its TTL.
+		if isNoWait(ctx) {
+			return false, ErrWouldBlock
+		}
+		ok, err := fg.extend(ctx, ttl)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			m.Release(key, hs[0].token) // the home let it go: so does this instance
+			return false, nil
+		}
+		m.setDeadline(hs[0], end, ttl)
+		return true, nil
+	}
 	d, _ := m.Where(key)
 	if d.Lease != nil {
 		if isNoWait(ctx) && !d.Lease.Covers(end, ttl) {
@@ -883,7 +977,10 @@ func (m *Map) Persist(key string) bool {
 	s.mu.Lock()
 	var cleared []*hold
 	for _, h := range s.keys[key] {
-		if !h.deadline.IsZero() {
+		// A routed share keeps its TTL: its home would let the lock go
+		// at the TTL anyway, and a share without one would keep it held
+		// for good should this proxy die.
+		if !h.deadline.IsZero() && h.fwd() == nil {
 			h.deadline, h.ttl = time.Time{}, 0
 			cleared = append(cleared, h)
 		}

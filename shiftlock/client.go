@@ -140,7 +140,8 @@ type Client struct {
 	rpoll  [64]pollShard
 	stats  Stats
 	closed atomic.Bool
-	bg     sync.WaitGroup // background completions of abandoned waits
+	svc    atomic.Pointer[func(rdma.Message) error] // BindService
+	bg     sync.WaitGroup                           // background completions of abandoned waits
 }
 
 // NewClient makes ep's node a ShiftLock client: it binds the node's receive

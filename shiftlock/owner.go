@@ -127,6 +127,9 @@ func (t *ownerTable) remove(tg rdma.Target) {
 // lock and not looking at its slot; a Successor is both queued for the
 // writer's release and asked about, since it carries the successor's tag.
 func (c *Client) deliver(rm rdma.Message) error {
+	if rm.To == ServiceTarget {
+		return c.service(rm)
+	}
 	if !c.cfg.OwnerTags {
 		return c.inbox.Deliver(rm)
 	}

@@ -79,6 +79,15 @@ type config struct {
 	// get their turn.
 	Threshold int `yaml:"writer_threshold"`
 
+	// QuorumRouting sends each key's locks to one home proxy among those
+	// on the same memory node that route too, so that a RedLock client
+	// asking several of them for a key shares one lock instead of queueing
+	// once per proxy (docs/compatibility.md, "RedLock over several
+	// proxies"). It adds a message round trip to the acquires and releases
+	// whose home is another proxy; turn it on on every proxy your RedLock
+	// clients list. No effect with an embedded memory node.
+	QuorumRouting bool `yaml:"quorum_routing"`
+
 	// Frontend serves RESP: "gnet" (event loops) or "redcon" (a goroutine
 	// per connection).
 	Frontend string `yaml:"frontend"`
@@ -224,6 +233,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
 	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
 	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
+	fs.BoolVar(&f.QuorumRouting, "quorum-routing", cfg.QuorumRouting, "take each key's locks at one home proxy of the memory node, so that RedLock clients asking several proxies share one lock")
 	fs.StringVar(&f.Frontend, "frontend", cfg.Frontend, `RESP front end: "gnet" (event loops) or "redcon" (a goroutine per connection)`)
 	fs.IntVar(&f.EventLoops, "event-loops", cfg.EventLoops, "gnet event loops")
 	fs.IntVar(&f.Procs, "procs", cfg.Procs, "CPUs running Go code at once (GOMAXPROCS; 0: one per gnet event loop, or all with redcon)")
@@ -271,6 +281,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
 	over("writer-threshold", func() { cfg.Threshold = f.Threshold })
+	over("quorum-routing", func() { cfg.QuorumRouting = f.QuorumRouting })
 	over("frontend", func() { cfg.Frontend = f.Frontend })
 	over("event-loops", func() { cfg.EventLoops = f.EventLoops })
 	over("procs", func() { cfg.Procs = f.Procs })

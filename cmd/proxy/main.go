@@ -84,8 +84,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	doms := make([]*lockmap.Domain, len(ms))
+	route := cfg.QuorumRouting
 	for i, mb := range ms {
 		doms[i] = mb.dom
+		route = route && !mb.solo // an embedded memory node has no other proxies
 	}
 	defer func() {
 		for _, mb := range ms {
@@ -98,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		OnAcquire: m.onAcquire,
 		OnExpire:  func(string) { m.expired.Inc() },
 		OnHoldEnd: m.onHoldEnd,
+		Route:     route,
 	})
 	defer lm.Close()
 	sctx, stopSupervisors := context.WithCancel(context.Background())

@@ -129,6 +129,15 @@ func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "proxy_rejected_connections_total", Help: "Connections refused because maxclients were connected.",
 	}, func() float64 { return float64(srv.Refused()) }))
+	rs := lm.RouteStats()
+	routed := func(name, help string, f func() uint64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
+	}
+	routed("proxy_routed_forwarded_total", "Acquires sent to their key's home proxy (quorum_routing).", rs.Forwarded.Load)
+	routed("proxy_routed_fallbacks_total", "Acquires whose home proxy could not be reached, taken here instead.", rs.Fallbacks.Load)
+	routed("proxy_routed_home_acquires_total", "Locks taken here as their key's home proxy.", rs.HomeAcquires.Load)
+	routed("proxy_routed_joined_total", "Acquires answered with a lock their key and token already held here, for this proxy or another.", rs.Joined.Load)
+	gauge("proxy_routers", "Proxies routing keys on this proxy's memory node, itself included (0: quorum_routing off).", func() float64 { return float64(rs.Routers.Load()) })
 	for i, d := range lm.Domains() {
 		i := i
 		cur := func() *lockmap.Domain { return lm.Domains()[i] }

@@ -1,0 +1,272 @@
+package lockmap
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock"
+)
+
+type routedProxy struct {
+	m  *Map
+	ep rdma.Endpoint
+}
+
+// routed returns n maps with quorum routing on one memory node, once each
+// sees all n as routers.
+func routed(t *testing.T, n int) []routedProxy {
+	t.Helper()
+	old := helloEvery
+	helloEvery = 20 * time.Millisecond
+	t.Cleanup(func() { helloEvery = old })
+	host := memnode.New(memnode.Config{Entries: 1 << 12, HeartbeatInterval: 100 * time.Millisecond, DeadAfter: 30 * time.Second})
+	t.Cleanup(host.Close)
+	fab := memfab.New(host)
+	var ps []routedProxy
+	for i := 0; i < n; i++ {
+		ep, err := fab.Join(fmt.Sprint("p", i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease := NewLease(ep)
+		t.Cleanup(lease.Stop)
+		m := New([]*Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{OwnerTags: true}), Lease: lease}}, Config{Route: true})
+		t.Cleanup(m.Close)
+		ps = append(ps, routedProxy{m, ep})
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		all := true
+		for _, p := range ps {
+			all = all && p.m.RouteStats().Routers.Load() == int64(n)
+		}
+		if all {
+			return ps
+		}
+		if time.Now().After(end) {
+			t.Fatal("the proxies did not see each other as routers")
+		}
+	}
+}
+
+func atomics(ps []routedProxy) uint64 {
+	var n uint64
+	for _, p := range ps {
+		n += p.ep.Counters().Snapshot().OutAtomics()
+	}
+	return n
+}
+
+// keyHomedAt finds a key whose home is proxy i, as every proxy sees it.
+func keyHomedAt(t *testing.T, ps []routedProxy, i int) string {
+	t.Helper()
+	for k := 0; k < 10000; k++ {
+		key := fmt.Sprint("key", k)
+		d, e := ps[0].m.Where(key)
+		_ = d
+		if ps[0].m.routerOf(0, ps[0].m.Domains()[0]).home(e) == ps[i].ep.Node() {
+			return key
+		}
+	}
+	t.Fatal("no key homed there")
+	return ""
+}
+
+// TestRoutedQuorumIsOneLock: the same key and token asked through three
+// routed proxies is one lock: one atomic to take it, one to let it go, and
+// another token gets it only once every proxy has released, whichever
+// proxy is the key's home.
+func TestRoutedQuorumIsOneLock(t *testing.T) {
+	ps := routed(t, 3)
+	c := context.Background()
+	for home := range ps {
+		key := keyHomedAt(t, ps, home)
+		before := atomics(ps)
+		var fences [3]uint64
+		for i, p := range ps {
+			f, ok, err := p.m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: time.Minute, Wait: time.Second})
+			if err != nil || !ok {
+				t.Fatalf("home %d, proxy %d: %v %v", home, i, ok, err)
+			}
+			fences[i] = f[0]
+		}
+		if fences[0] != fences[1] || fences[1] != fences[2] {
+			t.Fatalf("one lock, three fences: %v", fences)
+		}
+		if n := atomics(ps) - before; n != 1 {
+			t.Fatalf("home %d: three requests of one token cost %d atomics, want 1", home, n)
+		}
+		before = atomics(ps)
+		for _, p := range ps {
+			p.m.Release(key, "T")
+		}
+		waitFree(t, ps[0].m, key)
+		if n := atomics(ps) - before; n != 1 {
+			t.Fatalf("home %d: three releases of one lock cost %d atomics, want 1", home, n)
+		}
+
+		// Another token is refused while any proxy still holds T's.
+		for _, p := range ps {
+			if _, ok, err := p.m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
+				t.Fatalf("home %d: T again: %v %v", home, ok, err)
+			}
+		}
+		for i := 0; i < 2; i++ {
+			ps[i].m.Release(key, "T")
+			if _, ok, _ := ps[(i+1)%3].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 20 * time.Millisecond}); ok {
+				t.Fatalf("home %d: another token got the lock with %d of 3 shares released", home, i+1)
+			}
+		}
+		ps[2].m.Release(key, "T")
+		if _, ok, err := ps[0].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 5 * time.Second}); !ok || err != nil {
+			t.Fatalf("home %d: U after every release: %v %v", home, ok, err)
+		}
+		ps[0].m.Release(key, "U")
+		waitFree(t, ps[0].m, key)
+	}
+}
+
+func waitFree(t *testing.T, m *Map, key string) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		in, _ := m.Lookup(context.Background(), key)
+		if in.State == Free {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s still %v", key, in.State)
+		}
+	}
+}
+
+// TestRoutedRedLock: many RedLock clients over three routed proxies; nobody
+// is inside twice, every attempt gets its quorum, and the key ends free.
+func TestRoutedRedLock(t *testing.T) {
+	ps := routed(t, 3)
+	var inside, maxInside, failed atomic.Int32
+	var wg sync.WaitGroup
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for r := 0; r < 20; r++ {
+				tok := fmt.Sprintf("w%d-r%d", w, r)
+				var n atomic.Int32
+				var iw sync.WaitGroup
+				for _, p := range ps {
+					iw.Add(1)
+					go func(m *Map) {
+						defer iw.Done()
+						if _, ok, err := m.Acquire(context.Background(), []string{"counter"}, tok, AcquireOptions{TTL: 5 * time.Second, Wait: 3 * time.Second}); err != nil {
+							t.Error(err)
+						} else if ok {
+							n.Add(1)
+						}
+					}(p.m)
+				}
+				iw.Wait()
+				if n.Load() >= 2 {
+					if in := inside.Add(1); in > maxInside.Load() {
+						maxInside.Store(in)
+					}
+					time.Sleep(100 * time.Microsecond)
+					inside.Add(-1)
+				} else {
+					failed.Add(1)
+				}
+				for _, p := range ps {
+					p.m.Release("counter", tok)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if maxInside.Load() > 1 {
+		t.Fatalf("%d clients held the RedLock at once", maxInside.Load())
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d of 120 attempts missed quorum", failed.Load())
+	}
+	var joined uint64
+	for _, p := range ps {
+		joined += p.m.RouteStats().Joined.Load()
+		waitFree(t, p.m, "counter")
+	}
+	if joined == 0 {
+		t.Fatal("no request joined its token's lock: routing did not route")
+	}
+}
+
+// TestRoutedShareOutlivesItsProxy: a share whose proxy vanished without
+// releasing ends with its TTL at the home, and the lock with it.
+func TestRoutedShareOutlivesItsProxy(t *testing.T) {
+	ps := routed(t, 2)
+	key := keyHomedAt(t, ps, 0)
+	c := context.Background()
+	if _, ok, err := ps[1].m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: 300 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
+		t.Fatalf("%v %v", ok, err)
+	}
+	// Proxy 1 stops: its TTL expiry never runs, so it never releases.
+	ps[1].m.exp.stop()
+	start := time.Now()
+	if _, ok, err := ps[0].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 5 * time.Second}); !ok || err != nil {
+		t.Fatalf("U: %v %v", ok, err)
+	}
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Fatalf("U got the lock after %v, before T's share ran out", waited)
+	}
+}
+
+// TestRoutedHomeUnreachable: when a key's home cannot be reached, the
+// acquire takes the lock where it is asked.
+func TestRoutedHomeUnreachable(t *testing.T) {
+	ps := routed(t, 2)
+	key := keyHomedAt(t, ps, 1)
+	ps[1].m.Close()
+	_ = ps[1].ep.Close()
+	c := context.Background()
+	if _, ok, err := ps[0].m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
+		t.Fatalf("%v %v", ok, err)
+	}
+	if ps[0].m.RouteStats().Fallbacks.Load() == 0 {
+		t.Fatal("no fallback counted")
+	}
+	if !ps[0].m.Release(key, "T") {
+		t.Fatal("release")
+	}
+	waitFree(t, ps[0].m, key)
+}
+
+// TestRoutedExtend: a share's TTL is extended at its home; one the home
+// no longer has is reported gone.
+func TestRoutedExtend(t *testing.T) {
+	ps := routed(t, 2)
+	key := keyHomedAt(t, ps, 0)
+	c := context.Background()
+	if _, ok, err := ps[1].m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: 200 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
+		t.Fatalf("%v %v", ok, err)
+	}
+	ps[1].m.exp.stop() // only the home's timer may end it
+	for i := 0; i < 4; i++ {
+		time.Sleep(100 * time.Millisecond)
+		if ok, err := ps[1].m.Extend(c, key, "T", 200*time.Millisecond); !ok || err != nil {
+			t.Fatalf("extend %d: %v %v", i, ok, err)
+		}
+	}
+	if _, ok, _ := ps[0].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 50 * time.Millisecond}); ok {
+		t.Fatal("U got the lock while T's share was being extended")
+	}
+	time.Sleep(400 * time.Millisecond)
+	if ok, _ := ps[1].m.Extend(c, key, "T", time.Second); ok {
+		t.Fatal("a share that ran out at its home was extended")
+	}
+	if in, _ := ps[1].m.Lookup(c, key); len(in.Holders) != 0 {
+		t.Fatalf("the proxy still reports %v after its home let the share go", in.Holders)
+	}
+}
