@@ -49,6 +49,7 @@ func main() {
 	flag.BoolVar(&cfg.Plant, "plant-double-grant", false, "record a critical section taken without the lock: the checker must flag it")
 	doc := flag.String("doc", "", "rewrite the chaos section of this Markdown file")
 	frontend := flag.String("frontend", "", `RESP front end of every proxy, "gnet" or "redcon" (default: the proxy's)`)
+	proxyArgs := flag.String("proxy-args", "", "extra flags of every proxy, space-separated (e.g. -quorum-routing)")
 	flag.Parse()
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
@@ -64,8 +65,9 @@ func main() {
 		}
 		cfg.EtcdBin = bin
 	}
+	cfg.ProxyArgs = strings.Fields(*proxyArgs)
 	if *frontend != "" {
-		cfg.ProxyArgs = []string{"-frontend", *frontend}
+		cfg.ProxyArgs = append(cfg.ProxyArgs, "-frontend", *frontend)
 	}
 	cfg.Log = os.Stderr
 	if cfg.WorkDir == "" {
