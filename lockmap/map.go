@@ -940,8 +940,16 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 		return false, nil
 	}
 	end := time.Now().Add(ttl)
-	if fg := hs[0].fwd(); fg != nil && len(hs) == 1 {
-		// A share of a lock held by the key's home: the home runs its TTL.
+	// A share of a lock held by the key's home (quorum routing): the home
+	// runs its TTL, and says whether it still has it.
+	local := hs[:0:0]
+	extended := 0
+	for _, h := range hs {
+		fg := h.fwd()
+		if fg == nil {
+			local = append(local, h)
+			continue
+		}
 		if isNoWait(ctx) {
 			return false, ErrWouldBlock
 		}
@@ -950,12 +958,16 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 			return false, err
 		}
 		if !ok {
-			m.Release(key, hs[0].token) // the home let it go: so does this instance
-			return false, nil
+			m.Release(key, h.token) // the home let it go: so does this instance
+			continue
 		}
-		m.setDeadline(hs[0], end, ttl)
-		return true, nil
+		m.setDeadline(h, end, ttl)
+		extended++
 	}
+	if len(local) == 0 {
+		return extended > 0, nil
+	}
+	hs = local
 	d, _ := m.Where(key)
 	if d.Lease != nil {
 		if isNoWait(ctx) && !d.Lease.Covers(end, ttl) {

@@ -279,14 +279,15 @@ func (r *router) setView() {
 
 // send posts a message from a goroutine of its own: the delivery goroutine
 // must not wait for a round trip.
-func (r *router) send(to rdma.NodeID, msg routeMsg) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := r.ep.Send(ctx, to, shiftlock.ServiceTarget, msg.encode()); err != nil {
-			r.m.log.Debug("route message not delivered", zap.Uint16("to", uint16(to)), zap.Uint8("kind", msg.kind), zap.Error(err))
-		}
-	}()
+func (r *router) send(to rdma.NodeID, msg routeMsg) { go r.sendNow(to, msg) }
+
+// sendNow posts a message and waits for the fabric to take it.
+func (r *router) sendNow(to rdma.NodeID, msg routeMsg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.ep.Send(ctx, to, shiftlock.ServiceTarget, msg.encode()); err != nil {
+		r.m.log.Debug("route message not delivered", zap.Uint16("to", uint16(to)), zap.Uint8("kind", msg.kind), zap.Error(err))
+	}
 }
 
 // deliver handles a message to the service target, on the fabric's
@@ -625,7 +626,7 @@ func (r *router) granted(g *grant, w homeWaiter) {
 		if err != nil {
 			r.m.log.Warn("routed share refused: lease", zap.Error(err))
 			r.onRelease(w.node, w.id, g.home.key)
-			r.send(w.node, routeMsg{kind: rtBusy, id: w.id, entry: g.entry, tag: g.home.key.tag})
+			r.sendNow(w.node, routeMsg{kind: rtBusy, id: w.id, entry: g.entry, tag: g.home.key.tag})
 			return
 		}
 	}
@@ -633,7 +634,7 @@ func (r *router) granted(g *grant, w homeWaiter) {
 		sg.Vouch() // its owner is about to be told
 	}
 	f := fenceOf(g.g)
-	r.send(w.node, routeMsg{kind: rtGranted, id: w.id, entry: g.entry, tag: g.home.key.tag, a: uint32(f), b: uint32(f >> 32)})
+	r.sendNow(w.node, routeMsg{kind: rtGranted, id: w.id, entry: g.entry, tag: g.home.key.tag, a: uint32(f), b: uint32(f >> 32)})
 }
 
 // fence is what rtGranted carries in its last two words.
@@ -693,11 +694,11 @@ func (r *router) onExtend(from rdma.NodeID, msg routeMsg) {
 			err := r.dom.Lease.Cover(ctx, time.Now().Add(ttl), ttl)
 			cancel()
 			if err != nil {
-				r.send(from, routeMsg{kind: rtNotHeld, id: msg.id})
+				r.sendNow(from, routeMsg{kind: rtNotHeld, id: msg.id})
 				return
 			}
 		}
-		r.send(from, routeMsg{kind: rtExtended, id: msg.id})
+		r.sendNow(from, routeMsg{kind: rtExtended, id: msg.id})
 	}()
 }
 

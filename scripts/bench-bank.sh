@@ -3,11 +3,13 @@
 # "smallbank" section) and docs/img/bank-*.png.
 #
 # Servers, all on loopback: the bank's redis-server; three redis-servers for
-# RedLock's locks; a memory node with three proxies joined to it; one proxy
-# with an embedded memory node. Series: redlock-1 and redlock-3 (redsync v4
-# over 1 and 3 redis-servers), proxy (the same redsync code against one
-# proxy), proxy-3 (against the three proxies: RedLock quorum on one memory
-# node), proxy-embedded (against the proxy with its own memory node), native
+# RedLock's locks; a memory node with six proxies joined to it, three of
+# them with quorum routing; one proxy with an embedded memory node. Series:
+# redlock-1 and redlock-3 (redsync v4 over 1 and 3 redis-servers), proxy
+# (the same redsync code against one proxy), proxy-3 (against the three
+# routing proxies: RedLock quorum on one memory node), proxy-3-unrouted
+# (against the three others), proxy-embedded (against the proxy with its
+# own memory node), native
 # (the ShiftLock client on the memory node) and none. Skews: uniform,
 # Zipf 0.99 and a hotspot; then FissLock's mobile mix on Zipf 0.99.
 #
@@ -44,7 +46,7 @@ WARMUP=${WARMUP:-3s}
 CLIENTS=${CLIENTS:-64}
 HOTSPOT=${HOTSPOT:-hotspot:0.01:90}
 SKEWS=${SKEWS:-uniform zipf:0.99 $HOTSPOT}
-SERIES=${SERIES:-redlock-1 redlock-3 proxy proxy-3 proxy-embedded native none}
+SERIES=${SERIES:-redlock-1 redlock-3 proxy proxy-3 proxy-3-unrouted proxy-embedded native none}
 MOBILE_SERIES=${MOBILE_SERIES:-redlock-1 proxy proxy-embedded native}
 PAPER_CLIENTS=${PAPER_CLIENTS:-240}
 PAPER_SERIES=${PAPER_SERIES:-redlock-rs redlock-1 proxy native none}
@@ -75,8 +77,16 @@ for i in 1 2 3; do
 	start_listener "proxy$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn || exit 1
 	PROXIES+=("$ADDR"); PROXY_PIDS+=("$PID")
 done
+# RedLock over three proxies, as we advise running it: with quorum routing,
+# on the same memory node (proxy-3); the three above, which do not route,
+# run the same client as proxy-3-unrouted.
+ROUTED=(); ROUTED_PIDS=()
+for i in 1 2 3; do
+	start_listener "routed$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn -quorum-routing || exit 1
+	ROUTED+=("$ADDR"); ROUTED_PIDS+=("$PID")
+done
 start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn || exit 1; EMBEDDED=$ADDR; EMBEDDED_PID=$PID
-echo "bench-bank: data $DATA, lock redis ${LOCKS[*]}, memnode $MEMNODE, proxies ${PROXIES[*]}, embedded $EMBEDDED"
+echo "bench-bank: data $DATA, lock redis ${LOCKS[*]}, memnode $MEMNODE, proxies ${PROXIES[*]}, routed proxies ${ROUTED[*]}, embedded $EMBEDDED"
 
 load_t0=$(date +%s)
 bin/bank load -redis "$DATA" -accounts "$ACCOUNTS" -quiet || exit 1
@@ -97,7 +107,8 @@ series_args() { # setup series -> bank run flags
 	redlock-1) [ "$1" = paper ] && echo "-locker redlock" || echo "-locker redlock -lock-redis ${LOCKS[0]}" ;;
 	redlock-3) echo "-locker redlock -lock-redis ${LOCKS[0]},${LOCKS[1]},${LOCKS[2]}" ;;
 	proxy) echo "-locker proxy -proxy ${PROXIES[0]}" ;;
-	proxy-3) echo "-locker proxy -proxy ${PROXIES[0]},${PROXIES[1]},${PROXIES[2]}" ;;
+	proxy-3) echo "-locker proxy -proxy ${ROUTED[0]},${ROUTED[1]},${ROUTED[2]} -as proxy-3" ;;
+	proxy-3-unrouted) echo "-locker proxy -proxy ${PROXIES[0]},${PROXIES[1]},${PROXIES[2]} -as proxy-3-unrouted" ;;
 	proxy-embedded) echo "-locker proxy -proxy $EMBEDDED -as proxy-embedded" ;;
 	proxy-fenced) echo "-locker proxy -proxy ${PROXIES[0]} -fence" ;;
 	native) echo "-locker native -memnode $MEMNODE" ;;
@@ -114,7 +125,8 @@ series_cpu() { # setup series -> bank run -cpu flags: the data redis-server and 
 	redlock-1) [ "$1" = paper ] || echo "-cpu lock:redis=${LOCK_PIDS[0]}" ;;
 	redlock-3) echo "-cpu lock:redis1=${LOCK_PIDS[0]} -cpu lock:redis2=${LOCK_PIDS[1]} -cpu lock:redis3=${LOCK_PIDS[2]}" ;;
 	proxy | proxy-fenced) echo "-cpu lock:proxy=${PROXY_PIDS[0]} -cpu lock:memnode=$MEMNODE_PID" ;;
-	proxy-3) echo "-cpu lock:proxy1=${PROXY_PIDS[0]} -cpu lock:proxy2=${PROXY_PIDS[1]} -cpu lock:proxy3=${PROXY_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
+	proxy-3) echo "-cpu lock:proxy1=${ROUTED_PIDS[0]} -cpu lock:proxy2=${ROUTED_PIDS[1]} -cpu lock:proxy3=${ROUTED_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
+	proxy-3-unrouted) echo "-cpu lock:proxy1=${PROXY_PIDS[0]} -cpu lock:proxy2=${PROXY_PIDS[1]} -cpu lock:proxy3=${PROXY_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
 	proxy-embedded) echo "-cpu lock:proxy=$EMBEDDED_PID" ;;
 	native | native-fenced) echo "-cpu lock:memnode=$MEMNODE_PID" ;;
 	esac
@@ -167,8 +179,9 @@ with other jobs (load average $load_start at the start, $(cut -d' ' -f1-3 /proc/
 The whole grid took **$((elapsed / 60)) min $((elapsed % 60)) s** ($n runs; loading the accounts took ${load_s}s).
 
 Setup, all processes on loopback: the bank's data in one \`redis-server\` ($ACCOUNTS accounts, \`savings:<id>\` and
-\`checking:<id>\` in cents); RedLock's locks in three more \`redis-server\`s (redlock-1 uses the first); one \`memnode\` with three
-\`proxy\` processes joined to it (proxy uses the first, proxy-3 all three: RedLock quorum on one memory node); one \`proxy\`
+\`checking:<id>\` in cents); RedLock's locks in three more \`redis-server\`s (redlock-1 uses the first); one \`memnode\` with six
+\`proxy\` processes joined to it: three plain ones (proxy uses the first, proxy-3-unrouted all three) and three with
+\`quorum_routing\` (proxy-3: RedLock quorum on one memory node, as docs/compatibility.md advises running it); one \`proxy\`
 with its embedded memory node (proxy-embedded, the \`make run\` setup). Every series but native and none is the *same*
 redsync v4.18.1 code with its defaults, only pointed elsewhere. $CLIENTS clients, $WARMUP warm-up, $DURATION measured,
 $RUNS rounds; each round runs every series once, in an order rotated from round to round. Figures are medians over

@@ -370,7 +370,7 @@ func comparisons(g *group) [][2]string {
 		}
 	}
 	for _, base := range []string{"redlock-1", "redlock-3"} {
-		for _, s := range []string{"proxy", "proxy-3", "proxy-embedded", "native"} {
+		for _, s := range []string{"proxy", "proxy-3", "proxy-3-unrouted", "proxy-embedded", "native"} {
 			if has(s) && has(base) {
 				out = append(out, [2]string{s, base})
 			}
@@ -513,10 +513,12 @@ func judge(gs []*group) string {
 			row("proxy goodput >= 1.0x redlock-1", "proxy", goodput, atLeast(1))
 			row("proxy-embedded goodput >= 1.2x redlock-1", "proxy-embedded", goodput, atLeast(1.2))
 			row("proxy-3 goodput >= 1.0x redlock-1", "proxy-3", goodput, atLeast(1))
+			row("proxy-3-unrouted goodput >= 1.0x redlock-1 (without quorum routing)", "proxy-3-unrouted", goodput, atLeast(1))
 		case g.skew == "zipf:0.99":
 			row("proxy goodput >= 2x redlock-1", "proxy", goodput, atLeast(2))
 			row("proxy p99 <= 10% of redlock-1's", "proxy", p99, atMost(0.1))
 			row("proxy-3 p99 <= redlock-1's", "proxy-3", p99, atMost(1))
+			row("proxy-3-unrouted p99 <= redlock-1's (without quorum routing)", "proxy-3-unrouted", p99, atMost(1))
 		case strings.HasPrefix(g.skew, "hotspot"):
 			row("proxy goodput >= 2.5x redlock-1", "proxy", goodput, atLeast(2.5))
 		}
