@@ -337,7 +337,7 @@ func (r *router) lock(ctx context.Context, entry, tag uint64, deadline time.Time
 	if home == r.self {
 		return r.joinLocal(ctx, entry, tag, deadline, queue)
 	}
-	g, waited, err := r.forward(ctx, home, entry, tag, deadline, ttl)
+	g, waited, err := r.forward(ctx, home, entry, tag, deadline, ttl, queue)
 	if errors.Is(err, errRouteDown) {
 		// The home is gone, or not a router after all: take the lock here.
 		// Owner recognition still finds the token's other requests.
@@ -357,7 +357,8 @@ func (r *router) lock(ctx context.Context, entry, tag uint64, deadline time.Time
 }
 
 // forward asks home for a share of entry's lock for tag.
-func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint64, deadline time.Time, ttl time.Duration) (*grant, bool, error) {
+func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint64, deadline time.Time, ttl time.Duration,
+	queue func(context.Context) (context.Context, func())) (*grant, bool, error) {
 	ch := make(chan routeMsg, 1)
 	r.mu.Lock()
 	r.nextID++
@@ -381,6 +382,13 @@ func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint6
 	}
 	t := time.NewTimer(wait + routeGrace)
 	defer t.Stop()
+	wctx := ctx
+	if queue != nil {
+		// The caller's watch: a client that hangs up withdraws the request.
+		var stop func()
+		wctx, stop = queue(ctx)
+		defer stop()
+	}
 	select {
 	case a := <-ch:
 		if a.kind != rtGranted {
@@ -389,7 +397,7 @@ func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint6
 		fg := &fwdGrant{r: r, home: home, id: id, entry: entry, tag: tag, fence: a.fence()}
 		return &grant{dom: r.dom, di: r.di, entry: entry, mode: shiftlock.Exclusive, g: fg, refs: 1, remote: true}, true, nil
 	case <-t.C:
-	case <-ctx.Done():
+	case <-wctx.Done():
 	}
 	give()
 	select {
@@ -402,7 +410,7 @@ func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint6
 		// when it lands (deliver).
 		r.send(home, routeMsg{kind: rtRelease, id: id, entry: entry, tag: tag})
 	}
-	if err := ctx.Err(); err != nil {
+	if err := wctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, true, err
 	}
 	return nil, true, nil
