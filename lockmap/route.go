@@ -130,13 +130,21 @@ type router struct {
 	mu     sync.Mutex
 	heard  map[rdma.NodeID]time.Time
 	homes  map[homeKey]*homeEntry
-	pend   map[uint32]chan routeMsg // forwarded requests awaiting their answer
+	pend   map[uint32]pending // forwarded requests awaiting their answer
 	nextID uint32
 	quit   chan struct{}
 	done   chan struct{}
 }
 
 type homeKey struct{ entry, tag uint64 }
+
+// pending is a request sent to a home: only that home's answer about that
+// entry completes it.
+type pending struct {
+	ch    chan routeMsg
+	home  rdma.NodeID
+	entry uint64
+}
 
 // homeEntry is a lock taken here as its key's home, or being taken: every
 // share (a local hold's reference or another proxy's share) is one
@@ -169,7 +177,7 @@ type homeResult struct {
 func newRouter(m *Map, di int, d *Domain) *router {
 	r := &router{
 		m: m, dom: d, di: di, self: d.Client.Node(), ep: d.Client.Endpoint(),
-		heard: map[rdma.NodeID]time.Time{}, homes: map[homeKey]*homeEntry{}, pend: map[uint32]chan routeMsg{},
+		heard: map[rdma.NodeID]time.Time{}, homes: map[homeKey]*homeEntry{}, pend: map[uint32]pending{},
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	v := []rdma.NodeID{r.self}
@@ -311,12 +319,15 @@ func (r *router) deliver(rm rdma.Message) error {
 		r.onExtend(rm.From, msg)
 	case rtGranted, rtBusy, rtExtended, rtNotHeld:
 		r.mu.Lock()
-		ch := r.pend[msg.id]
-		delete(r.pend, msg.id)
+		p, ok := r.pend[msg.id]
+		ok = ok && p.home == rm.From && (p.entry == msg.entry || msg.kind == rtExtended || msg.kind == rtNotHeld)
+		if ok {
+			delete(r.pend, msg.id)
+		}
 		r.mu.Unlock()
 		switch {
-		case ch != nil:
-			ch <- msg // buffered: one answer per request
+		case ok:
+			p.ch <- msg // buffered: one answer per request
 		case msg.kind == rtGranted:
 			// Its requester gave up before the answer came: give it back.
 			r.send(rm.From, routeMsg{kind: rtRelease, id: msg.id, entry: msg.entry, tag: msg.tag})
@@ -363,7 +374,7 @@ func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint6
 	r.mu.Lock()
 	r.nextID++
 	id := r.nextID
-	r.pend[id] = ch
+	r.pend[id] = pending{ch: ch, home: home, entry: entry}
 	r.mu.Unlock()
 	give := func() {
 		r.mu.Lock()
@@ -440,7 +451,7 @@ func (f *fwdGrant) extend(ctx context.Context, ttl time.Duration) (bool, error) 
 	r.mu.Lock()
 	r.nextID++
 	id := r.nextID
-	r.pend[id] = ch
+	r.pend[id] = pending{ch: ch, home: f.home, entry: f.entry}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()

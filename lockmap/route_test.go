@@ -21,7 +21,7 @@ type routedProxy struct {
 
 // routed returns n maps with quorum routing on one memory node, once each
 // sees all n as routers.
-func routed(t *testing.T, n int) []routedProxy {
+func routed(t testing.TB, n int) []routedProxy {
 	t.Helper()
 	old := helloEvery
 	helloEvery = 20 * time.Millisecond
@@ -269,4 +269,22 @@ func TestRoutedExtend(t *testing.T) {
 	if in, _ := ps[1].m.Lookup(c, key); len(in.Holders) != 0 {
 		t.Fatalf("the proxy still reports %v after its home let the share go", in.Holders)
 	}
+}
+
+// FuzzRouteDeliver: whatever arrives on the service target, from whichever
+// node, the router does not panic (answers are only taken from the home a
+// request went to, about its entry).
+func FuzzRouteDeliver(f *testing.F) {
+	f.Add(uint16(2), []byte{rtGranted, 0, 0, 0, 1, 0, 0, 0})
+	f.Add(uint16(1), []byte{rtAcquire, 0, 0, 0, 9, 0, 0, 0, 5})
+	f.Add(uint16(3), []byte{rtRelease})
+	f.Add(uint16(2), []byte{rtExtend, 1, 2, 3})
+	f.Add(uint16(7), []byte{200})
+	ps := routed(f, 2)
+	r := ps[0].m.routerOf(0, ps[0].m.Domains()[0])
+	f.Fuzz(func(t *testing.T, from uint16, b []byte) {
+		var p rdma.Payload
+		copy(p[:], b)
+		_ = r.deliver(rdma.Message{From: rdma.NodeID(from), To: shiftlock.ServiceTarget, Payload: p})
+	})
 }
