@@ -125,7 +125,8 @@ type router struct {
 	self rdma.NodeID
 	ep   rdma.Endpoint
 
-	view atomic.Pointer[[]rdma.NodeID] // sorted, self included
+	view  atomic.Pointer[[]rdma.NodeID] // sorted, self included
+	every time.Duration                 // hello period (helloEvery when made)
 
 	mu     sync.Mutex
 	heard  map[rdma.NodeID]time.Time
@@ -133,7 +134,6 @@ type router struct {
 	pend   map[uint32]pending // forwarded requests awaiting their answer
 	nextID uint32
 	quit   chan struct{}
-	done   chan struct{}
 }
 
 type homeKey struct{ entry, tag uint64 }
@@ -176,9 +176,9 @@ type homeResult struct {
 
 func newRouter(m *Map, di int, d *Domain) *router {
 	r := &router{
-		m: m, dom: d, di: di, self: d.Client.Node(), ep: d.Client.Endpoint(),
+		m: m, dom: d, di: di, self: d.Client.Node(), ep: d.Client.Endpoint(), every: helloEvery,
 		heard: map[rdma.NodeID]time.Time{}, homes: map[homeKey]*homeEntry{}, pend: map[uint32]pending{},
-		quit: make(chan struct{}), done: make(chan struct{}),
+		quit: make(chan struct{}),
 	}
 	v := []rdma.NodeID{r.self}
 	r.view.Store(&v)
@@ -188,11 +188,11 @@ func newRouter(m *Map, di int, d *Domain) *router {
 	return r
 }
 
-// stop ends the hellos and the shares' timers. The membership is gone; so
-// are its locks.
+// stop ends the shares' timers and the hellos. The membership is gone; so
+// are its locks. It does not wait for a hello round under way: a rejoin
+// must not wait for sends to a memory node that may be the one gone.
 func (r *router) stop() {
 	close(r.quit)
-	<-r.done
 	r.mu.Lock()
 	for _, e := range r.homes {
 		for _, t := range e.shares {
@@ -230,11 +230,10 @@ func mix(entry uint64, n rdma.NodeID) uint64 {
 // hellos tells the address book's nodes that this one routes, and keeps
 // the view: this node and every node heard from within three rounds.
 func (r *router) hellos() {
-	defer close(r.done)
-	t := time.NewTicker(helloEvery)
+	t := time.NewTicker(r.every)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), helloEvery)
+		ctx, cancel := context.WithTimeout(context.Background(), r.every)
 		peers, err := r.ep.Control().Peers(ctx)
 		cancel()
 		if err == nil {
@@ -243,7 +242,7 @@ func (r *router) hellos() {
 				if p.Node == r.self {
 					continue
 				}
-				sctx, cancel := context.WithTimeout(context.Background(), helloEvery/2)
+				sctx, cancel := context.WithTimeout(context.Background(), r.every/2)
 				_ = r.ep.Send(sctx, p.Node, shiftlock.ServiceTarget, hello) // a node that does not route refuses it
 				cancel()
 			}
@@ -260,7 +259,7 @@ func (r *router) hellos() {
 func (r *router) prune() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := time.Now().Add(-3 * helloEvery)
+	old := time.Now().Add(-3 * r.every)
 	changed := false
 	for n, at := range r.heard {
 		if at.Before(old) {
