@@ -50,6 +50,7 @@ type options struct {
 	duration    time.Duration
 	warmup      time.Duration
 	hold        time.Duration
+	think       time.Duration
 	failRate    float64
 	recovery    bool // the paper's lease timings and recovery policy, even at failRate 0
 	lease       time.Duration
@@ -127,6 +128,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "time run before measuring")
 	fs.DurationVar(&o.hold, "hold", 0, "time spent inside each critical section")
+	fs.DurationVar(&o.think, "think", 0, "time each client spends between a release and its next acquire (a client's own work per operation; on the model, client CPU otherwise costs nothing)")
 	fs.Float64Var(&o.failRate, "fail-rate", 0, "probability that a client does not release (a crashed client; ShiftLock §4.8)")
 	fs.BoolVar(&o.recovery, "recovery", false, "run with the failure settings of -fail-rate (lease timings, the memnode's paper recovery policy) even without failures: the p = 0 point of Fig. 13")
 	fs.DurationVar(&o.lease, "lease", 10*time.Millisecond, "T_lease for -fail-rate: ShiftLock checks every T/2 and recovers after 3T; DSLR resets after 2T")
@@ -208,7 +210,7 @@ func (o options) validate() error {
 		return errors.New("need 1 <= -nodes <= -clients")
 	case o.entries == 0:
 		return errors.New("-entries must be positive")
-	case o.duration <= 0 || o.warmup < 0 || o.hold < 0:
+	case o.duration <= 0 || o.warmup < 0 || o.hold < 0 || o.think < 0:
 		return errors.New("-duration must be positive, -warmup and -hold not negative")
 	case o.failRate < 0 || o.failRate >= 1:
 		return errors.New("-fail-rate must be in [0, 1)")
