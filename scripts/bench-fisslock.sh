@@ -41,9 +41,4 @@ for r in $(seq 1 "$RUNS"); do
 	done
 done
 
-elapsed=$(($(date +%s) - start))
-echo "bench-fisslock: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
-machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
-bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section fisslock -ref parlock -intro docs/bench/fisslock.md -img docs/img \
-	-command "make bench-fisslock" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
-echo "bench-fisslock: wrote docs/benchmarks.md (section fisslock)"
+table fisslock parlock

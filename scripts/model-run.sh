@@ -4,7 +4,8 @@
 # paper's timing (2 µs verbs, 3 µs Sends), the script's MODEL_FLAGS and the
 # arguments; the row goes to $CSV under $LABEL, and a line of progress to
 # stdout. The sourcing script sets CSV, LABEL, OUT, DURATION, WARMUP and
-# MODEL_FLAGS; n and failed count runs and failures.
+# MODEL_FLAGS; n and failed count runs and failures. table renders the
+# grid into its section of docs/benchmarks.md at the end.
 
 go build -o bin/lockbench ./cmd/lockbench || exit 1
 go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
@@ -27,4 +28,14 @@ model() {
 		failed=$((failed + 1))
 		echo "   run $n ($*) failed: $(tail -1 "$OUT/last.err")" >&2
 	fi
+}
+
+table() { # section ref-lock: docs/benchmarks.md's section from the grid, ratios against ref-lock
+	local elapsed machine
+	elapsed=$(($(date +%s) - start))
+	echo "bench-$1: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
+	machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
+	bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section "$1" -ref "$2" -intro "docs/bench/$1.md" -img docs/img \
+		-command "make bench-$1" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
+	echo "bench-$1: wrote docs/benchmarks.md (section $1)"
 }
