@@ -441,11 +441,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 // admit may wait. blocking is nil when the caller already runs on one.
 func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOptions, deadline time.Time, tag uint64, ws []want,
 	dom *Domain, guard *shiftlock.Guard, queued bool, report func(uint64, bool, bool, error), blocking func()) {
-	gr := &grant{dom: dom, di: ws[0].di, entry: ws[0].entry, mode: opt.Mode, g: guard, refs: 1}
-	if !gr.pending() {
-		gr.excl = true
-		m.countExcl(gr, 1)
-	}
+	gr := m.newGrant(dom, ws[0].di, ws[0].entry, opt.Mode, guard)
 	run := func(ctx context.Context) {
 		fences, ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0)
 		report(first(fences), ok, queued, err)

@@ -145,6 +145,18 @@ func (g *grant) pending() bool {
 
 var grantMu sync.Mutex
 
+// newGrant wraps a lock-entry grant with one reference, its caller's. One
+// that holds the entry itself (not a pending grant) counts as this proxy's
+// exclusive hold of it.
+func (m *Map) newGrant(d *Domain, di int, entry uint64, mode shiftlock.Mode, g shiftlock.Grant) *grant {
+	gr := &grant{dom: d, di: di, entry: entry, mode: mode, g: g, refs: 1}
+	if !gr.pending() {
+		gr.excl = true
+		m.countExcl(gr, 1)
+	}
+	return gr
+}
+
 // New returns a Map over domains, in the order that Locate uses.
 func New(doms []*Domain, cfg Config) *Map {
 	if cfg.Logger == nil {
@@ -430,12 +442,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			shadowFence = fence
 			continue
 		}
-		gr := &grant{dom: m.doms[w.di].Load(), di: w.di, entry: w.entry, mode: opt.Mode, g: g, refs: 1}
-		if !gr.pending() {
-			gr.excl = true
-			m.countExcl(gr, 1)
-		}
-		got = append(got, gr)
+		got = append(got, m.newGrant(m.doms[w.di].Load(), w.di, w.entry, opt.Mode, g))
 	}
 
 	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence)

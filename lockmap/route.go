@@ -356,35 +356,38 @@ func (r *router) lock(ctx context.Context, entry, tag uint64, deadline time.Time
 		if err != nil || sg == nil {
 			return nil, waited, err
 		}
-		gr := &grant{dom: r.dom, di: r.di, entry: entry, mode: shiftlock.Exclusive, g: sg, refs: 1}
-		if !gr.pending() {
-			gr.excl = true
-			r.m.countExcl(gr, 1)
-		}
-		return gr, waited, nil
+		return r.m.newGrant(r.dom, r.di, entry, shiftlock.Exclusive, sg), waited, nil
 	}
 	return g, waited, err
+}
+
+// expect registers a request to home about entry; its answer arrives on
+// the channel.
+func (r *router) expect(home rdma.NodeID, entry uint64) (uint32, chan routeMsg) {
+	ch := make(chan routeMsg, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextID++
+	r.pend[r.nextID] = pending{ch: ch, home: home, entry: entry}
+	return r.nextID, ch
+}
+
+// forgo drops a request's registration; a late answer is then a stranger's.
+func (r *router) forgo(id uint32) {
+	r.mu.Lock()
+	delete(r.pend, id)
+	r.mu.Unlock()
 }
 
 // forward asks home for a share of entry's lock for tag.
 func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint64, deadline time.Time, ttl time.Duration,
 	queue func(context.Context) (context.Context, func())) (*grant, bool, error) {
-	ch := make(chan routeMsg, 1)
-	r.mu.Lock()
-	r.nextID++
-	id := r.nextID
-	r.pend[id] = pending{ch: ch, home: home, entry: entry}
-	r.mu.Unlock()
-	give := func() {
-		r.mu.Lock()
-		delete(r.pend, id)
-		r.mu.Unlock()
-	}
+	id, ch := r.expect(home, entry)
 	r.m.rstats.Forwarded.Add(1)
 	wait := time.Until(deadline)
 	msg := routeMsg{kind: rtAcquire, id: id, entry: entry, tag: tag, a: millis(ttl), b: millis(max(wait, time.Millisecond))}
 	if err := r.ep.Send(ctx, home, shiftlock.ServiceTarget, msg.encode()); err != nil {
-		give()
+		r.forgo(id)
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
@@ -409,7 +412,7 @@ func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint6
 	case <-t.C:
 	case <-wctx.Done():
 	}
-	give()
+	r.forgo(id)
 	select {
 	case a := <-ch: // the answer slipped in: honour it by giving it back
 		if a.kind == rtGranted {
@@ -446,17 +449,8 @@ func (f *fwdGrant) Release(ctx context.Context) error {
 // is gone.
 func (f *fwdGrant) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	r := f.r
-	ch := make(chan routeMsg, 1)
-	r.mu.Lock()
-	r.nextID++
-	id := r.nextID
-	r.pend[id] = pending{ch: ch, home: f.home, entry: f.entry}
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.pend, id)
-		r.mu.Unlock()
-	}()
+	id, ch := r.expect(f.home, f.entry)
+	defer r.forgo(id)
 	msg := routeMsg{kind: rtExtend, id: id, entry: f.entry, tag: f.tag, a: f.id, b: millis(ttl)}
 	if err := r.ep.Send(ctx, f.home, shiftlock.ServiceTarget, msg.encode()); err != nil {
 		return false, err
@@ -562,11 +556,8 @@ func (r *router) take(ctx context.Context, e *homeEntry, deadline time.Time,
 	var gr *grant
 	if err == nil && sg != nil {
 		r.m.rstats.HomeAcquires.Add(1)
-		gr = &grant{dom: r.dom, di: r.di, entry: e.key.entry, mode: shiftlock.Exclusive, g: sg, home: e, router: r}
-		if !gr.pending() {
-			gr.excl = true
-			r.m.countExcl(gr, 1)
-		}
+		gr = r.m.newGrant(r.dom, r.di, e.key.entry, shiftlock.Exclusive, sg)
+		gr.home, gr.router = e, r // its references are set below, one per waiter
 	}
 	r.mu.Lock()
 	ws := e.waiters
