@@ -111,7 +111,7 @@ func (h *hold) shadow() bool { return h.g == nil || h.g.pending() }
 
 // fwd is the hold's share of a lock its home proxy holds, if it is one.
 func (h *hold) fwd() *fwdGrant {
-	if h.g == nil || !h.g.remote {
+	if h.g == nil {
 		return nil
 	}
 	fg, _ := h.g.g.(*fwdGrant)
@@ -129,11 +129,14 @@ type grant struct {
 	refs  int  // guarded by grantMu
 	excl  bool // counted in Map.excl: it held the entry itself when granted
 
-	// Quorum routing: a lock taken here as its key's home (home, router),
-	// or a share of one held by another proxy (remote; g is a fwdGrant).
-	home   *homeEntry
-	router *router
-	remote bool
+	// home: a lock taken here as its key's home (quorum routing).
+	home *homeEntry
+}
+
+// remote reports a share of a lock another proxy holds as the key's home.
+func (g *grant) remote() bool {
+	_, ok := g.g.(*fwdGrant)
+	return ok
 }
 
 // pending reports whether the grant's lock is held by its owner elsewhere
@@ -467,7 +470,7 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	// Every memory node we hold on must have our lease cover the deadline,
 	// pending grants included: their lock may arrive at any moment.
 	for i, gr := range got {
-		if gr.remote || gr.dom.Lease == nil || coveredBy(got[:i], gr.dom) {
+		if gr.remote() || gr.dom.Lease == nil || coveredBy(got[:i], gr.dom) {
 			continue // a share's lease is its home's
 		}
 		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
@@ -880,7 +883,7 @@ func (m *Map) lastRef(g *grant) bool {
 		m.countExcl(g, -1)
 	}
 	if last && g.home != nil {
-		g.router.forget(g.home)
+		g.home.r.forget(g.home)
 	}
 	return last
 }

@@ -150,6 +150,7 @@ type pending struct {
 // share (a local hold's reference or another proxy's share) is one
 // reference to g.
 type homeEntry struct {
+	r       *router
 	key     homeKey
 	g       *grant // nil while the lock is being taken
 	waiters []homeWaiter
@@ -408,7 +409,7 @@ func (r *router) forward(ctx context.Context, home rdma.NodeID, entry, tag uint6
 			return nil, true, nil
 		}
 		fg := &fwdGrant{r: r, home: home, id: id, entry: entry, tag: tag, fence: a.fence()}
-		return &grant{dom: r.dom, di: r.di, entry: entry, mode: shiftlock.Exclusive, g: fg, refs: 1, remote: true}, true, nil
+		return &grant{dom: r.dom, di: r.di, entry: entry, mode: shiftlock.Exclusive, g: fg, refs: 1}, true, nil
 	case <-t.C:
 	case <-wctx.Done():
 	}
@@ -483,7 +484,7 @@ func (r *router) joinLocal(ctx context.Context, entry, tag uint64, deadline time
 		e = nil // its last share is letting go: take the lock anew
 	}
 	if e == nil {
-		e = &homeEntry{key: k}
+		e = &homeEntry{r: r, key: k}
 		r.homes[k] = e
 		r.mu.Unlock()
 		return r.take(ctx, e, deadline, queue, true)
@@ -534,7 +535,7 @@ func (r *router) onAcquire(from rdma.NodeID, msg routeMsg) {
 		e = nil
 	}
 	if e == nil {
-		e = &homeEntry{key: k}
+		e = &homeEntry{r: r, key: k}
 		r.homes[k] = e
 		e.waiters = append(e.waiters, w)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -557,7 +558,7 @@ func (r *router) take(ctx context.Context, e *homeEntry, deadline time.Time,
 	if err == nil && sg != nil {
 		r.m.rstats.HomeAcquires.Add(1)
 		gr = r.m.newGrant(r.dom, r.di, e.key.entry, shiftlock.Exclusive, sg)
-		gr.home, gr.router = e, r // its references are set below, one per waiter
+		gr.home = e // its references are set below, one per waiter
 	}
 	r.mu.Lock()
 	ws := e.waiters
