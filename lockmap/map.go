@@ -1075,7 +1075,7 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 		info.State = HeldHere
 		return info, nil
 	}
-	if m.heldExclusivelyHere(d, e) {
+	if m.heldExclusivelyHere(d, e) && !m.heldForOthers(d, e) {
 		return info, nil // another key of ours owns the entry: this one is free
 	}
 	if isNoWait(ctx) && !rdma.IsInline(d.Client.Endpoint()) {
@@ -1116,6 +1116,18 @@ func (m *Map) countExcl(g *grant, d int) {
 		delete(m.excl, k)
 	}
 	m.exclMu.Unlock()
+}
+
+// heldForOthers reports whether this proxy holds entry e of d as a key's
+// home for other proxies' shares (quorum routing): held, but not by a hold
+// of its own.
+func (m *Map) heldForOthers(d *Domain, e uint64) bool {
+	for i := range m.routers {
+		if r := m.routers[i].Load(); r != nil && r.dom == d {
+			return r.sharedOut(e)
+		}
+	}
+	return false
 }
 
 // heldExclusivelyHere reports whether some key of this proxy holds entry e of

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,65 +386,7 @@ func TestShadowFoundWhileQueued(t *testing.T) {
 // twice, and (with a wait budget that covers the queue ahead) every attempt
 // reaches quorum at once instead of splitting the votes.
 func TestRedLockCollapsesOverProxies(t *testing.T) {
-	ms := proxies(t, 1<<12, 3)
-	var inside, maxInside atomic.Int32
-	var failed atomic.Int32
-	var wg sync.WaitGroup
-	for w := 0; w < 6; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for r := 0; r < 10; r++ {
-				tok := fmt.Sprintf("w%d-r%d", w, r)
-				var n atomic.Int32
-				var iw sync.WaitGroup
-				for _, m := range ms {
-					iw.Add(1)
-					go func(m *lockmap.Map) {
-						defer iw.Done()
-						if _, ok, err := m.Acquire(ctx(t), []string{"counter"}, tok, excl(5*time.Second, 2*time.Second)); err != nil {
-							t.Error(err)
-						} else if ok {
-							n.Add(1)
-						}
-					}(m)
-				}
-				iw.Wait()
-				if n.Load() >= 2 {
-					if in := inside.Add(1); in > maxInside.Load() {
-						maxInside.Store(in)
-					}
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-				} else {
-					failed.Add(1)
-				}
-				for _, m := range ms {
-					m.Release("counter", tok)
-				}
-			}
-		}(w)
-	}
-	wg.Wait()
-	if maxInside.Load() > 1 {
-		t.Fatalf("%d clients held the RedLock at once", maxInside.Load())
-	}
-	if failed.Load() > 0 {
-		t.Fatalf("%d of 60 attempts missed quorum although the budget covered the queue", failed.Load())
-	}
-	// Released pending places pass the lock on in the background; once
-	// they have, the key is free everywhere.
-	for _, m := range ms {
-		for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			in, _ := m.Lookup(ctx(t), "counter")
-			if in.State == lockmap.Free {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("key still %v 10s after every release", in.State)
-			}
-		}
-	}
+	lockmap.RedLockRounds(t, proxies(t, 1<<12, 3), 6, 10, 5*time.Second, 2*time.Second)
 }
 
 // TestHoldEndReported: OnHoldEnd hears of every hold's end with how long

@@ -131,6 +131,7 @@ type router struct {
 	mu     sync.Mutex
 	heard  map[rdma.NodeID]time.Time
 	homes  map[homeKey]*homeEntry
+	out    map[uint64]int     // other proxies' shares per entry, for Lookup
 	pend   map[uint32]pending // forwarded requests awaiting their answer
 	nextID uint32
 	quit   chan struct{}
@@ -178,7 +179,7 @@ type homeResult struct {
 func newRouter(m *Map, di int, d *Domain) *router {
 	r := &router{
 		m: m, dom: d, di: di, self: d.Client.Node(), ep: d.Client.Endpoint(), every: helloEvery,
-		heard: map[rdma.NodeID]time.Time{}, homes: map[homeKey]*homeEntry{}, pend: map[uint32]pending{},
+		heard: map[rdma.NodeID]time.Time{}, homes: map[homeKey]*homeEntry{}, out: map[uint64]int{}, pend: map[uint32]pending{},
 		quit: make(chan struct{}),
 	}
 	v := []rdma.NodeID{r.self}
@@ -203,7 +204,7 @@ func (r *router) stop() {
 			e.cancel()
 		}
 	}
-	r.homes = map[homeKey]*homeEntry{}
+	r.homes, r.out = map[homeKey]*homeEntry{}, map[uint64]int{}
 	r.mu.Unlock()
 }
 
@@ -624,6 +625,7 @@ func (r *router) addShare(e *homeEntry, w homeWaiter) {
 		return
 	}
 	e.shares[sk] = time.AfterFunc(w.ttl, func() { r.onRelease(w.node, w.id, e.key) })
+	r.out[e.key.entry]++
 }
 
 // granted tells w it holds a share of g, once the lease covers the share's
@@ -674,6 +676,9 @@ func (r *router) onRelease(from rdma.NodeID, id uint32, k homeKey) {
 	}
 	t.Stop()
 	delete(e.shares, shareKey{from, id})
+	if r.out[k.entry]--; r.out[k.entry] <= 0 {
+		delete(r.out, k.entry)
+	}
 	g := e.g
 	r.mu.Unlock()
 	if r.m.lastRef(g) {
@@ -710,6 +715,13 @@ func (r *router) onExtend(from rdma.NodeID, msg routeMsg) {
 		}
 		r.sendNow(from, routeMsg{kind: rtExtended, id: msg.id})
 	}()
+}
+
+// sharedOut reports whether entry is held here for other proxies' shares.
+func (r *router) sharedOut(entry uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.out[entry] > 0
 }
 
 // forget drops e once its lock's last reference is gone.

@@ -3,8 +3,6 @@ package lockmap
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,7 +104,7 @@ func TestRoutedQuorumIsOneLock(t *testing.T) {
 		for _, p := range ps {
 			p.m.Release(key, "T")
 		}
-		waitFree(t, ps[0].m, key)
+		WaitFree(t, ps[0].m, key)
 		if n := atomics(ps) - before; n != 1 {
 			t.Fatalf("home %d: three releases of one lock cost %d atomics, want 1", home, n)
 		}
@@ -119,6 +117,10 @@ func TestRoutedQuorumIsOneLock(t *testing.T) {
 		}
 		for i := 0; i < 2; i++ {
 			ps[i].m.Release(key, "T")
+			// The entry itself stays held, not just each proxy's instance.
+			if in, err := ps[i].m.Lookup(c, key); err != nil || in.State != HeldElsewhere {
+				t.Fatalf("home %d: with %d of 3 shares released the entry is %v (%v), want held", home, i+1, in.State, err)
+			}
 			if _, ok, _ := ps[(i+1)%3].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 20 * time.Millisecond}); ok {
 				t.Fatalf("home %d: another token got the lock with %d of 3 shares released", home, i+1)
 			}
@@ -128,20 +130,7 @@ func TestRoutedQuorumIsOneLock(t *testing.T) {
 			t.Fatalf("home %d: U after every release: %v %v", home, ok, err)
 		}
 		ps[0].m.Release(key, "U")
-		waitFree(t, ps[0].m, key)
-	}
-}
-
-func waitFree(t *testing.T, m *Map, key string) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		in, _ := m.Lookup(context.Background(), key)
-		if in.State == Free {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s still %v", key, in.State)
-		}
+		WaitFree(t, ps[0].m, key)
 	}
 }
 
@@ -149,54 +138,14 @@ func waitFree(t *testing.T, m *Map, key string) {
 // is inside twice, every attempt gets its quorum, and the key ends free.
 func TestRoutedRedLock(t *testing.T) {
 	ps := routed(t, 3)
-	var inside, maxInside, failed atomic.Int32
-	var wg sync.WaitGroup
-	for w := 0; w < 6; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for r := 0; r < 20; r++ {
-				tok := fmt.Sprintf("w%d-r%d", w, r)
-				var n atomic.Int32
-				var iw sync.WaitGroup
-				for _, p := range ps {
-					iw.Add(1)
-					go func(m *Map) {
-						defer iw.Done()
-						if _, ok, err := m.Acquire(context.Background(), []string{"counter"}, tok, AcquireOptions{TTL: 5 * time.Second, Wait: 3 * time.Second}); err != nil {
-							t.Error(err)
-						} else if ok {
-							n.Add(1)
-						}
-					}(p.m)
-				}
-				iw.Wait()
-				if n.Load() >= 2 {
-					if in := inside.Add(1); in > maxInside.Load() {
-						maxInside.Store(in)
-					}
-					time.Sleep(100 * time.Microsecond)
-					inside.Add(-1)
-				} else {
-					failed.Add(1)
-				}
-				for _, p := range ps {
-					p.m.Release("counter", tok)
-				}
-			}
-		}(w)
+	var ms []*Map
+	for _, p := range ps {
+		ms = append(ms, p.m)
 	}
-	wg.Wait()
-	if maxInside.Load() > 1 {
-		t.Fatalf("%d clients held the RedLock at once", maxInside.Load())
-	}
-	if failed.Load() > 0 {
-		t.Fatalf("%d of 120 attempts missed quorum", failed.Load())
-	}
+	RedLockRounds(t, ms, 6, 20, 5*time.Second, 3*time.Second)
 	var joined uint64
 	for _, p := range ps {
 		joined += p.m.RouteStats().Joined.Load()
-		waitFree(t, p.m, "counter")
 	}
 	if joined == 0 {
 		t.Fatal("no request joined its token's lock: routing did not route")
@@ -240,7 +189,7 @@ func TestRoutedHomeUnreachable(t *testing.T) {
 	if !ps[0].m.Release(key, "T") {
 		t.Fatal("release")
 	}
-	waitFree(t, ps[0].m, key)
+	WaitFree(t, ps[0].m, key)
 }
 
 // TestRoutedExtend: a share's TTL is extended at its home; one the home
