@@ -82,8 +82,12 @@ type Audit struct {
 	// NewNegativeSavings is how many more savings balances are negative
 	// after the run than before.
 	NewNegativeSavings int
-	OK                 bool
-	Problems           []string
+	// Overdrawn counts committed writes the data store answered with a
+	// savings balance below zero (Outcome.Overdrawn). The final scan can
+	// miss these, since a later deposit or Amalgamate repairs the balance.
+	Overdrawn int64
+	OK        bool
+	Problems  []string
 }
 
 // Check fills in the verdict.
@@ -98,6 +102,9 @@ func (a *Audit) Check() {
 	}
 	if a.After.NegativeSavings > 0 {
 		a.Problems = append(a.Problems, fmt.Sprintf("%d savings balances are negative (lowest %s); no transaction allows that", a.After.NegativeSavings, Cents(a.After.MinSavings)))
+	}
+	if a.Overdrawn > 0 {
+		a.Problems = append(a.Problems, fmt.Sprintf("%d writes left a savings balance negative while the run went on", a.Overdrawn))
 	}
 	if a.Unknown > 0 {
 		a.Problems = append(a.Problems, fmt.Sprintf("%d transactions have an unknown write outcome", a.Unknown))

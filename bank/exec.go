@@ -187,14 +187,24 @@ func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode) (Outcome,
 	if w == WritesSet {
 		err = rdb.MSet(ctx, args...).Err()
 	} else {
+		var written []string
+		var incrs []*redis.IntCmd
 		_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for i, ch := range o.Changed {
 				if ch {
-					p.IncrBy(ctx, keys[i], o.New[i]-vals[i])
+					written = append(written, keys[i])
+					incrs = append(incrs, p.IncrBy(ctx, keys[i], o.New[i]-vals[i]))
 				}
 			}
 			return nil
 		})
+		if err == nil {
+			after := make([]int64, len(incrs))
+			for i, c := range incrs {
+				after[i] = c.Val()
+			}
+			o.Overdrawn = overdrawn(written, after)
+		}
 	}
 	if err != nil {
 		return o, fmt.Errorf("%w: %v", ErrWrite, err)

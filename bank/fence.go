@@ -77,6 +77,7 @@ return redis.call('MGET', unpack(KEYS, n + 1))
 
 // fencedWrite: KEYS are n fence keys, then the data keys to write; ARGV are
 // n, the n tokens, "set" or "incr", then one value (or delta) per data key.
+// It returns each data key's balance after the write.
 var fencedWrite = redis.NewScript(`
 local n = tonumber(ARGV[1])
 for i = 1, n do
@@ -86,14 +87,16 @@ for i = 1, n do
   end
 end
 local incr = ARGV[n + 2] == 'incr'
+local after = {}
 for j = n + 1, #KEYS do
   if incr then
-    redis.call('INCRBY', KEYS[j], ARGV[j + 2])
+    after[#after + 1] = redis.call('INCRBY', KEYS[j], ARGV[j + 2])
   else
     redis.call('SET', KEYS[j], ARGV[j + 2])
+    after[#after + 1] = tonumber(ARGV[j + 2])
   end
 end
-return 1
+return after
 `)
 
 // fences are a transaction's fence keys and tokens, as script arguments.
@@ -162,12 +165,14 @@ func applyFenced(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, h F
 	if len(wkeys) == len(f.keys) {
 		return o, nil
 	}
-	if err := fencedWrite.Run(ctx, rdb, wkeys, wargs...).Err(); err != nil {
+	after, err := fencedWrite.Run(ctx, rdb, wkeys, wargs...).Int64Slice()
+	if err != nil {
 		if err = fencedErr(err); errors.Is(err, ErrFenced) {
 			// The script refused before writing anything.
 			return o, err
 		}
 		return o, fmt.Errorf("%w: %v", ErrWrite, err)
 	}
+	o.Overdrawn = overdrawn(wkeys[len(f.keys):], after)
 	return o, nil
 }

@@ -88,3 +88,37 @@ func TestFencesRefuseTheStaleHolder(t *testing.T) {
 		t.Fatalf("token 2^60+1 after 2^60+2: %v, want ErrFenced", err)
 	}
 }
+
+// TestWritesReportOverdrafts checks the fenced write returns the balances
+// it left, so that an overdraft a race caused is counted when it happens
+// and not only if it survives to the final scan.
+func TestWritesReportOverdrafts(t *testing.T) {
+	srv := testproc.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rdb.MSet(ctx, SavingsKey(6), 50, CheckingKey(6), 50).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// What a withdrawal of 80 that read a stale 130 would write, next to a
+	// checking overdraft, which WriteCheck may cause.
+	written := []string{SavingsKey(6), CheckingKey(6)}
+	after, err := fencedWrite.Run(ctx, rdb, append([]string{FenceKey(6)}, written...), 1, fenceArg(1), "incr", -80, -80).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != 2 || after[0] != -30 || after[1] != -30 {
+		t.Fatalf("after = %v, want [-30 -30]", after)
+	}
+	if !overdrawn(written, after) {
+		t.Fatal("savings at -30 not reported")
+	}
+	if overdrawn(written[1:], after[1:]) {
+		t.Fatal("an overdrawn checking account reported as overdrawn savings")
+	}
+	after, err = fencedWrite.Run(ctx, rdb, append([]string{FenceKey(6)}, written...), 1, fenceArg(1), "set", 0, 7).Int64Slice()
+	if err != nil || len(after) != 2 || after[0] != 0 || after[1] != 7 || overdrawn(written, after) {
+		t.Fatalf("set write: %v, %v", after, err)
+	}
+}

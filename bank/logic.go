@@ -1,5 +1,7 @@
 package bank
 
+import "strings"
+
 // Overdraft is WriteCheck's penalty, in cents, for a check larger than the
 // account's total balance (SmallBank charges $1).
 const Overdraft = 100
@@ -33,6 +35,23 @@ type Outcome struct {
 	// Declined: the transaction's own rule refused it (insufficient funds);
 	// it commits without writing, as SmallBank's rollback does.
 	Declined bool
+	// Overdrawn is set by Exec, not Apply: the data store answered a delta
+	// write with a savings balance below zero. Apply never asks for one, so
+	// another transaction wrote the account between this one's read and
+	// write. The audit counts these because a later deposit or Amalgamate
+	// can repair the balance before the final scan sees it.
+	Overdrawn bool
+}
+
+// overdrawn says whether the balances a write left behind (after, one per
+// written key) include a savings balance below zero.
+func overdrawn(written []string, after []int64) bool {
+	for i, k := range written {
+		if i < len(after) && after[i] < 0 && strings.HasPrefix(k, savingsPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Apply runs SmallBank's logic on the values of t.Keys(). It never lets a

@@ -170,12 +170,29 @@ func TestAuditCheck(t *testing.T) {
 	if a.OK {
 		t.Fatal("negative savings not caught")
 	}
+	a = Audit{Before: Snapshot{Total: 1000}, After: Snapshot{Total: 1000}, Overdrawn: 2}
+	a.Check()
+	if a.OK {
+		t.Fatal("an overdraft repaired before the scan not caught")
+	}
 }
 
 func TestCents(t *testing.T) {
 	for c, want := range map[int64]string{0: "$0.00", 5: "$0.05", -105: "-$1.05", 123456789: "$1,234,567.89"} {
 		if got := Cents(c); got != want {
 			t.Errorf("Cents(%d) = %q, want %q", c, got, want)
+		}
+	}
+}
+
+func TestOverdrawn(t *testing.T) {
+	w := []string{SavingsKey(1), CheckingKey(2)}
+	for _, c := range []struct {
+		after []int64
+		want  bool
+	}{{[]int64{0, -5}, false}, {[]int64{-1, 5}, true}, {[]int64{3}, false}, {nil, false}} {
+		if got := overdrawn(w, c.after); got != c.want {
+			t.Errorf("overdrawn(%v, %v) = %v, want %v", w, c.after, got, c.want)
 		}
 	}
 }

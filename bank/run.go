@@ -58,6 +58,7 @@ type client struct {
 	stats               [NumTxnTypes]Stats
 	dropped             int64
 	deltas, unknown     int64
+	overdrawn           int64
 	releaseErrs, fenced int64
 	errs                []string
 	measureFrom, measTo time.Time
@@ -148,7 +149,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	<-done
 
 	all := newHist()
-	var deltas, unknown, releaseErrs, fenced int64
+	var deltas, unknown, overdrawn, releaseErrs, fenced int64
 	for t := range NumTxnTypes {
 		h, s := newHist(), &Stats{}
 		for _, c := range clients {
@@ -174,6 +175,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		res.Dropped += c.dropped
 		deltas += c.deltas
 		unknown += c.unknown
+		overdrawn += c.overdrawn
 		releaseErrs += c.releaseErrs
 		fenced += c.fenced
 		for _, e := range c.errs {
@@ -191,7 +193,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Audit = Audit{Before: before, After: after, Deltas: deltas, Unknown: unknown}
+	res.Audit = Audit{Before: before, After: after, Deltas: deltas, Unknown: unknown, Overdrawn: overdrawn}
 	res.Audit.Check()
 	res.Expired, res.Fenced = releaseErrs, fenced
 	// Behind fences an expired lock is harmless (the data store refused
@@ -232,6 +234,9 @@ func (c *client) loop(ctx context.Context, stop *atomic.Bool, cfg RunConfig, gen
 			case err == nil || expired:
 				// Committed: its write happened, whatever the release said.
 				c.deltas += o.Delta
+				if o.Overdrawn {
+					c.overdrawn++
+				}
 				committed.Add(1)
 				if err != nil && !cfg.Fence {
 					c.noteErr(err) // behind fences, counted in Expired and harmless

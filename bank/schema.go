@@ -17,9 +17,11 @@ const NamesKey = "bank:names"
 func AccountName(id uint64) string { return "cust-" + strconv.FormatUint(id, 10) }
 
 // SavingsKey, CheckingKey and LockKey name account id's data and lock keys.
-func SavingsKey(id uint64) string  { return "savings:" + strconv.FormatUint(id, 10) }
+func SavingsKey(id uint64) string  { return savingsPrefix + strconv.FormatUint(id, 10) }
 func CheckingKey(id uint64) string { return "checking:" + strconv.FormatUint(id, 10) }
 func LockKey(id uint64) string     { return "lock:acct:" + strconv.FormatUint(id, 10) }
+
+const savingsPrefix = "savings:"
 
 // Initial balances are uniform in [MinBalance, MaxBalance] cents.
 const (

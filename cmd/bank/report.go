@@ -115,6 +115,7 @@ func auditCell(rs []*bank.Result) string {
 	failed := 0
 	var worst int64
 	neg := 0
+	var overdrawn int64
 	for _, r := range rs {
 		if !r.Audit.OK {
 			failed++
@@ -125,6 +126,7 @@ func auditCell(rs []*bank.Result) string {
 			worst = m
 		}
 		neg = max(neg, r.Audit.After.NegativeSavings)
+		overdrawn = max(overdrawn, r.Audit.Overdrawn)
 	}
 	if failed == 0 {
 		return fmt.Sprintf("OK %d/%d", len(rs), len(rs))
@@ -135,6 +137,9 @@ func auditCell(rs []*bank.Result) string {
 	}
 	if neg > 0 {
 		s += fmt.Sprintf(" (%d negative savings)", neg)
+	}
+	if overdrawn > 0 {
+		s += fmt.Sprintf(" (%d overdrafts seen)", overdrawn)
 	}
 	return s
 }
