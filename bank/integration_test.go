@@ -129,7 +129,9 @@ func TestAuditCatchesNoLocks(t *testing.T) {
 		t.Errorf("writes=%v on %s: five runs without locks and the audit never failed", writes, skew)
 	}
 	caught(bank.WritesSet, contended, func(r *bank.Result) bool { return !r.Audit.OK && r.Audit.Mismatch != 0 })
-	caught(bank.WritesIncr, "hotspot:0.01:90", func(r *bank.Result) bool { return !r.Audit.OK && (r.Audit.Overdrawn > 0 || r.Audit.After.NegativeSavings > 0) })
+	caught(bank.WritesIncr, "hotspot:0.01:90", func(r *bank.Result) bool {
+		return !r.Audit.OK && (r.Audit.Overdrawn > 0 || r.Audit.After.NegativeSavings > 0)
+	})
 }
 
 // TestShortTTLCorruptsRedLockButNotFencedProxy is the safety story: with
