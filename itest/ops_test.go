@@ -144,7 +144,9 @@ func TestProbes(t *testing.T) {
 	}
 	waitFor("joined", 200)
 
-	mn.Signal(syscall.SIGSTOP)
+	if err := mn.Freeze(); err != nil {
+		t.Fatal(err)
+	}
 	resumed := false
 	t.Cleanup(func() {
 		if !resumed {

@@ -69,7 +69,9 @@ func TestStalledMemnodeHoldsUpOnlyItsKeys(t *testing.T) {
 		t.Fatalf("SET NX %s before the stop: %v %v", ka2, ok, err)
 	}
 
-	a.Signal(syscall.SIGSTOP)
+	if err := a.Freeze(); err != nil {
+		t.Fatal(err)
+	}
 	resumed := false
 	t.Cleanup(func() {
 		if !resumed {

@@ -6,6 +6,7 @@ package testproc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -191,6 +192,55 @@ func (p *Proc) Signal(sig syscall.Signal) {
 	if p.Cmd.Process != nil {
 		_ = p.Cmd.Process.Signal(sig)
 	}
+}
+
+// Freeze stops the process (SIGSTOP) and returns once every thread of it
+// has stopped. kill(2) returns before that: the kernel starts a group stop
+// in one thread, which must be scheduled first, and the others run user
+// code until it has. On a loaded machine a stopped memory node answered a
+// verb 3 ms after the signal was sent.
+func (p *Proc) Freeze() error {
+	p.Signal(syscall.SIGSTOP)
+	if p.Cmd.Process == nil {
+		return fmt.Errorf("%s: not started", p.Name)
+	}
+	dir := fmt.Sprintf("/proc/%d/task", p.Cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running, err := runningThreads(dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d threads still running 10 s after SIGSTOP", p.Name, running)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads under a /proc/<pid>/task directory that
+// are not stopped.
+func runningThreads(dir string) (int, error) {
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		// "tid (comm) state ...": comm may hold spaces and parentheses.
+		rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+		if f := bytes.Fields(rest); len(f) == 0 || (f[0][0] != 'T' && f[0][0] != 't') {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Kill is kill -9, and waits for the process to be gone.
