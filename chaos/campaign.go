@@ -293,6 +293,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Recoveries = recoveries(hist, kills)
 	if cfg.HA {
 		res.Failovers, res.FailoverBound = failovers(hist, fails), cfg.failoverBound()
+		if n := len(res.Failovers); n > 0 && res.Failovers[n-1] > res.FailoverBound {
+			// Rare, and only visible in the processes' own words: keep
+			// them with the report.
+			topo.dumpLogs(cfg.Log)
+		}
 		if rec, err := topo.record(context.Background()); err == nil {
 			res.Takeovers = int(rec.Generation - firstGen)
 		}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -274,6 +275,27 @@ func (t *topology) stop() {
 	}
 	for _, l := range t.links {
 		l.Stop()
+	}
+}
+
+// dumpLogs writes the tail of every running proxy's and memory node's
+// output to w.
+func (t *topology) dumpLogs(w io.Writer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ps []*testproc.Proc
+	for _, mp := range t.mems {
+		ps = append(ps, mp.p)
+	}
+	for _, pp := range t.proxies {
+		ps = append(ps, pp.p)
+	}
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		lines := strings.Split(p.Output(), "\n")
+		fmt.Fprintf(w, "--- %s, last %d lines ---\n%s\n", p.Name, min(len(lines), 80), strings.Join(lines[max(0, len(lines)-80):], "\n"))
 	}
 }
 

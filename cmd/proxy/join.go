@@ -131,23 +131,22 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 			if ctx.Err() != nil {
 				return
 			}
-			mb.log.Info("rejoin failed; will retry", zap.String("memnode", mb.name), zap.Duration("in", backoff), zap.Error(err))
+			// A memory node in its grace answers at once and cheaply; keep
+			// asking often so that the first grant after it is not late,
+			// even when the backoff grew while the old node was gone.
+			wait := backoff
+			if errors.Is(err, rdma.ErrUnavailable) {
+				wait = min(wait, graceRetry)
+			}
+			mb.log.Info("rejoin failed; will retry", zap.String("memnode", mb.name), zap.Duration("in", wait), zap.Error(err))
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			case <-mb.changed():
 				// a new active memory node: try it now
 			}
-			// A memory node in its grace answers at once and cheaply; keep
-			// asking often so that the first grant after it is not late.
-			limit := 2 * time.Second
-			if errors.Is(err, rdma.ErrUnavailable) {
-				limit = 50 * time.Millisecond
-			}
-			if backoff *= 2; backoff > limit {
-				backoff = limit
-			}
+			backoff = min(2*backoff, 2*time.Second)
 		}
 		if lost, err := m.Replace(mb.index, mb.dom); err != nil {
 			mb.log.Error("cannot use the rejoined memory node", zap.String("memnode", mb.name), zap.Error(err))
@@ -157,6 +156,10 @@ func (mb *member) supervise(ctx context.Context, m *lockmap.Map, rejoins func())
 		rejoins()
 	}
 }
+
+// graceRetry is how often a proxy asks a memory node that refuses joins
+// during its grace.
+const graceRetry = 50 * time.Millisecond
 
 // An embedded memory node shares the proxy's fate: a pause stops both, and
 // the table ends with the process. Declaring its only member dead after a
