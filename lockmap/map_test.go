@@ -434,3 +434,41 @@ func TestHoldEndReported(t *testing.T) {
 		t.Fatalf("acquire while draining: %v %v; want ErrDraining", ok, err)
 	}
 }
+
+// TestShorterTTLAfterLongerExpires: the expirer's timer is armed for the
+// earliest deadline it has seen; a hold due sooner, added behind longer
+// ones or after the only one went, must re-arm it.
+func TestShorterTTLAfterLongerExpires(t *testing.T) {
+	m, _ := twoProxies(t, 1<<12)
+	c := ctx(t)
+	for _, k := range []string{"long1", "long2"} {
+		if _, ok, _ := m.Acquire(c, []string{k}, "t", excl(time.Minute, 0)); !ok {
+			t.Fatal("acquire", k)
+		}
+	}
+	// A release leaves the timer armed for an hold that has gone.
+	if _, ok, _ := m.Acquire(c, []string{"gone"}, "t", excl(30*time.Second, 0)); !ok {
+		t.Fatal("acquire gone")
+	}
+	m.Release("gone", "t")
+	if _, ok, _ := m.Acquire(c, []string{"short"}, "t", excl(50*time.Millisecond, 0)); !ok {
+		t.Fatal("acquire short")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		in, err := m.Lookup(c, "short")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.State == lockmap.Free {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a 50ms TTL behind minute-long ones has not expired after 10 s: %+v", in)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if in, _ := m.Lookup(c, "long1"); in.State != lockmap.HeldHere {
+		t.Fatalf("a minute-long hold went with the short one: %+v", in)
+	}
+}

@@ -54,8 +54,9 @@ type setArgs struct {
 }
 
 // parseSet reads SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]
-// in any order and case, with Redis's own error messages.
-func parseSet(args [][]byte, now time.Time) (setArgs, string) {
+// in any order and case, with Redis's own error messages. now is only
+// asked for by the absolute forms.
+func parseSet(args [][]byte, now func() time.Time) (setArgs, string) {
 	var a setArgs
 	for i := 3; i < len(args); i++ {
 		opt := setOption(args[i])
@@ -102,9 +103,9 @@ func parseSet(args [][]byte, now time.Time) (setArgs, string) {
 				}
 				d = time.Duration(n) * time.Millisecond
 			case "EXAT":
-				d = time.Unix(n, 0).Sub(now)
+				d = time.Unix(n, 0).Sub(now())
 			case "PXAT":
-				d = time.UnixMilli(n).Sub(now)
+				d = time.UnixMilli(n).Sub(now())
 			}
 			if d <= 0 {
 				// An absolute time in the past: Redis sets and expires at once.
@@ -153,7 +154,7 @@ func equalFold(b []byte, upper string) bool {
 // cmdSet acquires: SET key token NX [PX ms]. Only the NX form is a lock;
 // other forms would overwrite one, so they are refused with a reason.
 func (s *Server) cmdSet(st *connState, args [][]byte) {
-	a, e := parseSet(args, time.Now())
+	a, e := parseSet(args, time.Now)
 	if e != "" {
 		st.w.err(e)
 		return

@@ -293,7 +293,7 @@ func (h *holdTable) update(entry uint64, active, waiting, abandoned int32) {
 	hc.active += active
 	hc.waiting += waiting
 	hc.abandoned += abandoned
-	if hc.active == 0 && hc.waiting == 0 && hc.abandoned == 0 && !time.Now().Before(hc.frozenUntil) {
+	if hc.active == 0 && hc.waiting == 0 && hc.abandoned == 0 && (hc.frozenUntil.IsZero() || !time.Now().Before(hc.frozenUntil)) {
 		delete(s.m, entry)
 	} else {
 		s.m[entry] = hc

@@ -16,7 +16,8 @@
 // not.
 //
 // Each -variant starts one more proxy with extra flags, measured as one
-// more target everywhere. Workload 2 also runs on two null servers
+// more target everywhere; a first field @path runs that proxy binary
+// instead, for an A/B of two builds in one run. Workload 2 also runs on two null servers
 // (nullserver.go): RESP front ends answering without locking, on redcon and
 // on gnet, the ceiling of the proxy's ratio.
 //
@@ -57,7 +58,7 @@ func main() {
 	doc := flag.String("doc", "", "rewrite the proxy section of this Markdown file")
 	proxyArgs := flag.String("proxy-args", "", "extra flags of the proxy target (not of variants), space-separated (e.g. -cpuprofile /tmp/p.out)")
 	var variants variantList
-	flag.Var(&variants, "variant", "'name=extra proxy flags': one more proxy target with these flags (repeatable)")
+	flag.Var(&variants, "variant", "'name=[@binary] extra proxy flags': one more proxy target with these flags, from another binary if given (repeatable)")
 	hotOnly := flag.Bool("hot-only", false, "run only the hot-key workload and print its runs (no report)")
 	nullLoops := flag.Int("null-loops", 1, "event loops of the gnet null server")
 	nullAddr := flag.String("serve-null", "", "serve as a null server on this address (used by proxybench itself)")
@@ -81,8 +82,12 @@ func main() {
 	p, err = startProxy(*proxyBin, strings.Fields(*proxyArgs))
 	add(&targets, "proxy", *proxyArgs, p, err)
 	for _, v := range variants {
-		p, err := startProxy(*proxyBin, v.args)
-		add(&targets, v.name, strings.Join(v.args, " "), p, err)
+		bin, note := *proxyBin, strings.Join(v.args, " ")
+		if v.bin != "" {
+			bin, note = v.bin, strings.TrimSpace("@"+v.bin+" "+note)
+		}
+		p, err := startProxy(bin, v.args)
+		add(&targets, v.name, note, p, err)
 	}
 	if !*hotOnly {
 		for _, k := range nullKinds {
@@ -150,9 +155,11 @@ func main() {
 	}
 }
 
-// variant is a proxy target started with extra flags.
+// variant is a proxy target started with extra flags, and from another
+// binary if bin is set.
 type variant struct {
 	name string
+	bin  string
 	args []string
 }
 
@@ -162,7 +169,11 @@ type variantList []variant
 func (l *variantList) String() string {
 	var parts []string
 	for _, v := range *l {
-		parts = append(parts, v.name+"="+strings.Join(v.args, " "))
+		args := v.args
+		if v.bin != "" {
+			args = append([]string{"@" + v.bin}, args...)
+		}
+		parts = append(parts, v.name+"="+strings.Join(args, " "))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -177,7 +188,14 @@ func (l *variantList) Set(s string) error {
 		slices.ContainsFunc(*l, func(v variant) bool { return v.name == name }) {
 		return fmt.Errorf("target name %q is taken", name)
 	}
-	*l = append(*l, variant{name: name, args: strings.Fields(args)})
+	v := variant{name: name, args: strings.Fields(args)}
+	if len(v.args) > 0 && strings.HasPrefix(v.args[0], "@") {
+		if v.bin = v.args[0][1:]; v.bin == "" {
+			return errors.New("want @path to a proxy binary")
+		}
+		v.args = v.args[1:]
+	}
+	*l = append(*l, v)
 	return nil
 }
 

@@ -127,6 +127,12 @@ func TestVariantFlag(t *testing.T) {
 	if err := l.Set("plain="); err != nil || len(l) != 2 || len(l[1].args) != 0 {
 		t.Fatalf("a variant without flags: %v, %+v", err, l)
 	}
+	if err := l.Set("old=@/tmp/proxy-old -procs 2"); err != nil || len(l) != 3 || l[2].bin != "/tmp/proxy-old" || strings.Join(l[2].args, ",") != "-procs,2" {
+		t.Fatalf("a variant with its own binary: %v, %+v", err, l)
+	}
+	if err := l.Set("nobin=@ -procs 2"); err == nil {
+		t.Error("-variant with an empty @ accepted")
+	}
 }
 
 // TestSmoke runs the whole tool briefly against the real proxy, a variant
