@@ -18,10 +18,10 @@ type expirer struct {
 	// it, which on the uncontended path (every hold heap-first on an
 	// otherwise empty heap) saves a goroutine wake-up per acquire.
 	armed time.Time
-	wake chan struct{}
-	quit chan struct{}
-	done chan struct{}
-	fire func(*hold, time.Time)
+	wake  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
+	fire  func(*hold, time.Time)
 }
 
 // expHeap orders holds by deadline; each hold knows its index (expIdx,
