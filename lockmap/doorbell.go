@@ -334,12 +334,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 	}
 	blocking := func() {
 		go func() {
-			fences, ok, err := m.Acquire(ctx, []string{key}, token, opt)
-			var f uint64
-			if ok {
-				f = fences[0]
-			}
-			done(f, ok, err)
+			done(m.AcquireKey(ctx, key, token, opt))
 		}()
 	}
 	if opt.Mode == 0 {
@@ -358,7 +353,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 		return
 	}
 	start := time.Now()
-	ws := m.wants([]string{key})
+	ws := m.wants(nil, []string{key})
 	w := ws[0]
 	dom := w.dom
 	var tag uint64
@@ -413,8 +408,9 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 			// (messages, and a short grace for a fresh holder).
 			go func() {
 				if tok, same := dom.Client.QueryOwner(ctx, w.entry, s.Entry().Tail(), tag, tagGrace); same {
-					fences, ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, nil, tok+1)
-					report(first(fences), ok, false, err)
+					var f [1]uint64
+					ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, nil, tok+1, f[:])
+					report(f[0], ok, false, err)
 					return
 				}
 				report(0, false, false, nil)
@@ -443,8 +439,9 @@ func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOpti
 	dom *Domain, guard *shiftlock.Guard, queued bool, report func(uint64, bool, bool, error), blocking func()) {
 	gr := m.newGrant(dom, ws[0].di, ws[0].entry, opt.Mode, guard)
 	run := func(ctx context.Context) {
-		fences, ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0)
-		report(first(fences), ok, queued, err)
+		var f [1]uint64
+		ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:])
+		report(f[0], ok, queued, err)
 	}
 	if blocking == nil {
 		run(ctx)
@@ -461,12 +458,13 @@ func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOpti
 	// Under NoWait, admit cannot block even if another token's shadow
 	// slipped in since the check; it then gives the grant back, and the
 	// acquire starts over where it may wait.
-	fences, ok, err := m.admit(NoWait(ctx), []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0)
+	var f [1]uint64
+	ok, err := m.admit(NoWait(ctx), []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:])
 	if errors.Is(err, ErrWouldBlock) {
 		blocking()
 		return
 	}
-	report(first(fences), ok, queued, err)
+	report(f[0], ok, queued, err)
 }
 
 // waitContext is the context a queued acquire waits under: the wait
@@ -483,20 +481,14 @@ func (m *Map) waitContext(ctx context.Context, deadline time.Time, queue func(co
 	})
 }
 
-func first(fences []uint64) uint64 {
-	if len(fences) == 0 {
-		return 0
-	}
-	return fences[0]
-}
-
 // ReleaseAsync is Release with the release's atomic in d: it reports at
 // once whether token held key here, and the hold is gone when it returns;
 // the lock entry follows when d rings. A reply based on it is what Redis
 // would answer, and any later operation of this proxy on the entry is
 // posted after the release, in the same batch or a later one.
 func (m *Map) ReleaseAsync(d *Doorbell, key, token string) bool {
-	hs := m.remove(key, func(h *hold) bool { return h.token == token })
+	var buf [1]*hold
+	hs := m.remove(key, func(h *hold) bool { return h.token == token }, buf[:0])
 	for _, h := range hs {
 		if h.g != nil {
 			m.releaseGrantAsync(d, h.g)
@@ -508,7 +500,7 @@ func (m *Map) ReleaseAsync(d *Doorbell, key, token string) bool {
 
 // DeleteAsync is Delete with the releases' atomics in d.
 func (m *Map) DeleteAsync(d *Doorbell, key string) int {
-	hs := m.remove(key, func(*hold) bool { return true })
+	hs := m.remove(key, func(*hold) bool { return true }, nil)
 	for _, h := range hs {
 		if h.g != nil {
 			m.releaseGrantAsync(d, h.g)

@@ -5,10 +5,11 @@
 package lockmap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,23 @@ type Domain struct {
 	Name   string
 	Client *shiftlock.Client
 	Lease  *Lease // nil: no liveness checks (tests)
+
+	id uint32 // tells memberships apart in exclTable; set by New and Replace
+}
+
+// domIDs numbers Domains, once each, whichever map sees them first.
+var domIDs struct {
+	sync.Mutex
+	last uint32
+}
+
+func (d *Domain) number() {
+	domIDs.Lock()
+	if d.id == 0 {
+		domIDs.last++
+		d.id = domIDs.last
+	}
+	domIDs.Unlock()
 }
 
 // Config configures a Map.
@@ -60,20 +78,12 @@ type Map struct {
 	// draining: new acquires are refused (Drain).
 	draining atomic.Bool
 
-	// excl counts this proxy's exclusive grants per entry, to tell "held by
-	// another key of ours on the same entry" from "held elsewhere".
-	exclMu sync.Mutex
-	excl   map[entryKey]int
+	excl exclTable
 
 	rng ranges // range locks (ranges.go)
 
 	routers []atomic.Pointer[router] // per memory node, with Config.Route
 	rstats  RouteStats
-}
-
-type entryKey struct {
-	dom   *Domain
-	entry uint64
 }
 
 type shard struct {
@@ -98,6 +108,9 @@ type hold struct {
 	dead     bool      // released or expired; the expirer skips it
 	expAt    time.Time
 	expIdx   int // index in the expirer's heap, -1 if not there (guarded by the expirer)
+	// self backs the shard's slice for a key whose only hold this is,
+	// the common case, so that recording a hold allocates no slice.
+	self [1]*hold
 }
 
 // A shadow is a hold whose lock is held by its owner through another proxy
@@ -165,8 +178,9 @@ func New(doms []*Domain, cfg Config) *Map {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	m := &Map{doms: make([]atomic.Pointer[Domain], len(doms)), cfg: cfg, log: cfg.Logger, excl: map[entryKey]int{}}
+	m := &Map{doms: make([]atomic.Pointer[Domain], len(doms)), cfg: cfg, log: cfg.Logger}
 	for i, d := range doms {
+		d.number()
 		m.doms[i].Store(d)
 		m.entries = append(m.entries, d.Client.Entries())
 	}
@@ -225,6 +239,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 	if n := d.Client.Entries(); n != m.entries[i] {
 		return 0, fmt.Errorf("lockmap: memory node %d now has %d entries, not %d: keys would move", i, n, m.entries[i])
 	}
+	d.number()
 	old := m.doms[i].Swap(d)
 	if m.routers != nil {
 		if r := m.routers[i].Swap(newRouter(m, i, d)); r != nil {
@@ -263,13 +278,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 		m.exp.remove(h)
 	}
 	lost = len(gone)
-	m.exclMu.Lock()
-	for k := range m.excl {
-		if k.dom == old {
-			delete(m.excl, k)
-		}
-	}
-	m.exclMu.Unlock()
+	m.excl.forget(old)
 	if lost > 0 {
 		m.log.Warn("holds lost with the old membership", zap.String("memnode", d.Name), zap.Int("lost", lost))
 	}
@@ -320,17 +329,35 @@ type AcquireOptions struct {
 // the fencing tokens (one per key, in the order given), or ok=false if some
 // key stayed held for the whole wait budget.
 func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt AcquireOptions) (fences []uint64, ok bool, err error) {
+	fences = make([]uint64, len(keys))
+	if ok, err = m.acquire(ctx, keys, token, opt, fences); !ok {
+		return nil, false, err
+	}
+	return fences, true, nil
+}
+
+// AcquireKey is Acquire for one key, which is what SET NX and most lock
+// scripts ask for; it returns the key's fencing token and allocates less.
+func (m *Map) AcquireKey(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, err error) {
+	keys, fences := [1]string{key}, [1]uint64{}
+	ok, err = m.acquire(ctx, keys[:], token, opt, fences[:])
+	return fences[0], ok, err
+}
+
+// acquire is Acquire with the fencing tokens written to fences (one per
+// key), which the caller provides.
+func (m *Map) acquire(ctx context.Context, keys []string, token string, opt AcquireOptions, fences []uint64) (ok bool, err error) {
 	if m.draining.Load() {
-		return nil, false, ErrDraining
+		return false, ErrDraining
 	}
 	if opt.Mode == 0 {
 		opt.Mode = shiftlock.Exclusive
 	}
 	if opt.TTL < 0 {
-		return nil, false, ErrBadTTL
+		return false, ErrBadTTL
 	}
 	if isNoWait(ctx) && !m.Inline() {
-		return nil, false, ErrWouldBlock
+		return false, ErrWouldBlock
 	}
 	start := time.Now()
 	queued := false
@@ -344,7 +371,10 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 
 	// Reentrant refresh of keys this token already holds, and duplicate
 	// checks, before touching any lock.
-	ws := m.wants(keys)
+	// The buffers hold a single key's acquire, the common one, on the stack.
+	var wbuf [1]want
+	var gbuf [1]*grant
+	ws := m.wants(wbuf[:0], keys)
 	fresh := ws[:0]
 	var refresh []*hold
 	for _, w := range ws {
@@ -354,9 +384,9 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 				continue
 			}
 			if opt.Mode == shiftlock.Exclusive {
-				return nil, false, nil // Redis SET NX on an existing key: not set
+				return false, nil // Redis SET NX on an existing key: not set
 			}
-			return nil, false, fmt.Errorf("%w: %q", ErrHeldByToken, w.key)
+			return false, fmt.Errorf("%w: %q", ErrHeldByToken, w.key)
 		}
 		fresh = append(fresh, w)
 	}
@@ -365,7 +395,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 	if opt.Wait > 0 {
 		deadline = start.Add(opt.Wait)
 	}
-	var got []*grant
+	got := gbuf[:0]
 	undo := func() {
 		for _, g := range got {
 			m.releaseGrant(g)
@@ -382,14 +412,14 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			// joins this token's hold of it (route.go). Waiting there
 			// involves messages, which never run on an event loop.
 			if isNoWait(ctx) {
-				return nil, false, ErrWouldBlock
+				return false, ErrWouldBlock
 			}
 			gr, waited, err := r.lock(ctx, fresh[0].entry, tag, deadline, opt.TTL, opt.Queue)
 			queued = waited
 			if err != nil || gr == nil {
-				return nil, false, err
+				return false, err
 			}
-			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, []*grant{gr}, 0)
+			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, append(got, gr), 0, fences)
 		}
 		if m.heldByOther(keys[0], token) {
 			// Another token holds it here, as a shadow of its hold through
@@ -397,9 +427,9 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 			// this proxy waits for it to go, within the budget.
 			if deadline.IsZero() || !m.awaitOthersGone(ctx, keys[:1], token, deadline) {
 				if isNoWait(ctx) && !deadline.IsZero() {
-					return nil, false, ErrWouldBlock
+					return false, ErrWouldBlock
 				}
-				return nil, false, nil
+				return false, nil
 			}
 		}
 	}
@@ -439,7 +469,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		queued = queued || waited
 		if err != nil || (g == nil && fence == 0) {
 			undo()
-			return nil, false, err
+			return false, err
 		}
 		if g == nil {
 			shadowFence = fence
@@ -448,15 +478,16 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 		got = append(got, m.newGrant(m.doms[w.di].Load(), w.di, w.entry, opt.Mode, g))
 	}
 
-	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence)
+	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence, fences)
 }
 
 // admit finishes an acquire whose locks are taken (got, or a shadow's
 // fence): the lease must cover the TTL, the holds are recorded (one token
 // per key here, as on a Redis instance), tagged grants are vouched for,
-// and TTLs are scheduled. It undoes the grants if any step fails.
+// and TTLs are scheduled. It undoes the grants if any step fails. The
+// keys' fencing tokens go to fences.
 func (m *Map) admit(ctx context.Context, keys []string, token string, opt AcquireOptions, deadline time.Time, tag uint64,
-	fresh []want, refresh []*hold, got []*grant, shadowFence uint64) (fences []uint64, ok bool, err error) {
+	fresh []want, refresh []*hold, got []*grant, shadowFence uint64, fences []uint64) (ok bool, err error) {
 	undo := func() {
 		for _, g := range got {
 			m.releaseGrant(g)
@@ -475,14 +506,14 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 		}
 		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
 			undo()
-			return nil, false, err
+			return false, err
 		}
 	}
 	for _, h := range refresh {
 		if fg := h.fwd(); fg != nil {
 			if ok, err := fg.extend(ctx, opt.TTL); !ok || err != nil {
 				undo()
-				return nil, false, err
+				return false, err
 			}
 			continue
 		}
@@ -490,14 +521,15 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 		if d.Lease != nil {
 			if err := d.Lease.Cover(ctx, end, opt.TTL); err != nil {
 				undo()
-				return nil, false, err
+				return false, err
 			}
 		}
 	}
 
 	// Each grant was created with one reference (dropped by undo on failure);
 	// from here on, every key holding it owns one.
-	holds := make([]*hold, 0, len(fresh))
+	var hbuf [1]*hold
+	holds := hbuf[:0]
 	for _, w := range fresh {
 		h := &hold{key: w.key, token: token, mode: opt.Mode, deadline: end, ttl: opt.TTL, since: now, expIdx: -1}
 		if gr := grantOf(got, w.di, w.entry); gr != nil {
@@ -515,9 +547,9 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 		if deadline.IsZero() || isNoWait(ctx) || !m.awaitOthersGone(ctx, keys, token, deadline) {
 			undo()
 			if isNoWait(ctx) && !deadline.IsZero() {
-				return nil, false, ErrWouldBlock
+				return false, ErrWouldBlock
 			}
-			return nil, false, nil
+			return false, nil
 		}
 	}
 	grantMu.Lock()
@@ -542,7 +574,6 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	for _, h := range refresh {
 		m.setDeadline(h, end, opt.TTL)
 	}
-	fences = make([]uint64, len(keys))
 	for i, k := range keys {
 		for _, h := range refresh {
 			if h.key == k {
@@ -560,7 +591,7 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 			m.exp.add(h, end)
 		}
 	}
-	return fences, true, nil
+	return true, nil
 }
 
 // want is one key of an acquire and where it lives.
@@ -571,10 +602,10 @@ type want struct {
 	dom   *Domain
 }
 
-// wants locates keys, without duplicates, in the global order (memory
-// node, entry) that keeps multi-key acquires from deadlocking.
-func (m *Map) wants(keys []string) []want {
-	ws := make([]want, 0, len(keys))
+// wants appends keys to ws, located, without duplicates, in the global
+// order (memory node, entry) that keeps multi-key acquires from
+// deadlocking.
+func (m *Map) wants(ws []want, keys []string) []want {
 	for _, k := range keys {
 		dup := false
 		for _, w := range ws {
@@ -587,11 +618,11 @@ func (m *Map) wants(keys []string) []want {
 		ws = append(ws, want{key: k, di: di, entry: e, dom: m.doms[di].Load()})
 	}
 	if len(ws) > 1 {
-		sort.Slice(ws, func(a, b int) bool {
-			if ws[a].di != ws[b].di {
-				return ws[a].di < ws[b].di
+		slices.SortFunc(ws, func(a, b want) int {
+			if a.di != b.di {
+				return cmp.Compare(a.di, b.di)
 			}
-			return ws[a].entry < ws[b].entry
+			return cmp.Compare(a.entry, b.entry)
 		})
 	}
 	return ws
@@ -636,12 +667,18 @@ func (m *Map) record(holds []*hold) bool {
 			}
 		}
 		if !conflict {
-			s.keys[h.key] = append(s.keys[h.key], h)
+			if hs := s.keys[h.key]; len(hs) > 0 {
+				s.keys[h.key] = append(hs, h)
+			} else {
+				h.self[0] = h
+				s.keys[h.key] = h.self[:]
+			}
 		}
 		s.mu.Unlock()
 		if conflict {
 			for _, r := range holds[:i] {
-				m.remove(r.key, func(x *hold) bool { return x == r })
+				var buf [1]*hold
+				m.remove(r.key, func(x *hold) bool { return x == r }, buf[:0])
 			}
 			return false
 		}
@@ -832,12 +869,12 @@ func (m *Map) setDeadline(h *hold, end time.Time, ttl time.Duration) {
 	}
 }
 
-// remove unlinks holds of key that match (token "" matches every token) and
-// returns them; the caller releases their grants outside the shard lock.
-func (m *Map) remove(key string, match func(*hold) bool) []*hold {
+// remove unlinks holds of key that match and appends them to out; the
+// caller releases their grants outside the shard lock.
+func (m *Map) remove(key string, match func(*hold) bool, out []*hold) []*hold {
 	s := m.shard(key)
 	s.mu.Lock()
-	var out []*hold
+	n := len(out)
 	hs := s.keys[key]
 	kept := hs[:0]
 	for _, h := range hs {
@@ -854,12 +891,12 @@ func (m *Map) remove(key string, match func(*hold) bool) []*hold {
 	} else {
 		s.keys[key] = kept
 	}
-	if s.gone != nil && len(out) > 0 {
+	if s.gone != nil && len(out) > n {
 		close(s.gone)
 		s.gone = nil
 	}
 	s.mu.Unlock()
-	for _, h := range out {
+	for _, h := range out[n:] {
 		m.exp.remove(h)
 	}
 	return out
@@ -904,7 +941,8 @@ func (m *Map) releaseHolds(hs []*hold) {
 
 // Release releases key if token holds it, and reports whether it did.
 func (m *Map) Release(key, token string) bool {
-	hs := m.remove(key, func(h *hold) bool { return h.token == token })
+	var buf [1]*hold
+	hs := m.remove(key, func(h *hold) bool { return h.token == token }, buf[:0])
 	m.releaseHolds(hs)
 	m.ended(hs, false)
 	return len(hs) > 0
@@ -913,7 +951,7 @@ func (m *Map) Release(key, token string) bool {
 // Delete releases key whoever holds it through this proxy (Redis DEL). It
 // reports how many holds it released.
 func (m *Map) Delete(key string) int {
-	hs := m.remove(key, func(*hold) bool { return true })
+	hs := m.remove(key, func(*hold) bool { return true }, nil)
 	m.releaseHolds(hs)
 	m.ended(hs, false)
 	return len(hs)
@@ -1106,16 +1144,10 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 // proxy to pass on an entry that looks held.
 const abandonSettle = 50 * time.Millisecond
 
-func (m *Map) countExcl(g *grant, d int) {
-	if g.mode != shiftlock.Exclusive {
-		return
+func (m *Map) countExcl(g *grant, d int32) {
+	if g.mode == shiftlock.Exclusive {
+		m.excl.add(g.dom, g.entry, d)
 	}
-	k := entryKey{g.dom, g.entry}
-	m.exclMu.Lock()
-	if m.excl[k] += d; m.excl[k] <= 0 {
-		delete(m.excl, k)
-	}
-	m.exclMu.Unlock()
 }
 
 // heldForOthers reports whether this proxy holds entry e of d as a key's
@@ -1132,15 +1164,63 @@ func (m *Map) heldForOthers(d *Domain, e uint64) bool {
 
 // heldExclusivelyHere reports whether some key of this proxy holds entry e of
 // d exclusively; then nobody else can hold any key on it.
-func (m *Map) heldExclusivelyHere(d *Domain, e uint64) bool {
-	m.exclMu.Lock()
-	defer m.exclMu.Unlock()
-	return m.excl[entryKey{d, e}] > 0
+func (m *Map) heldExclusivelyHere(d *Domain, e uint64) bool { return m.excl.held(d, e) }
+
+// exclTable counts this proxy's exclusive grants per lock entry of a
+// membership, to tell "held by another key of ours on the same entry" from
+// "held elsewhere". Every uncontended acquire and release counts, so it is
+// sharded by entry and keyed by one integer. The zero value is empty.
+type exclTable struct {
+	shards [16]exclShard
+}
+
+type exclShard struct {
+	mu sync.Mutex
+	n  map[uint64]int32
+}
+
+// exclKey packs a membership and an entry; entries stay below 2^40.
+func exclKey(d *Domain, e uint64) uint64 { return uint64(d.id)<<40 | e }
+
+func (t *exclTable) add(d *Domain, e uint64, delta int32) {
+	s, k := &t.shards[e%uint64(len(t.shards))], exclKey(d, e)
+	s.mu.Lock()
+	if s.n == nil {
+		s.n = map[uint64]int32{}
+	}
+	if v := s.n[k] + delta; v > 0 {
+		s.n[k] = v
+	} else {
+		delete(s.n, k)
+	}
+	s.mu.Unlock()
+}
+
+func (t *exclTable) held(d *Domain, e uint64) bool {
+	s := &t.shards[e%uint64(len(t.shards))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[exclKey(d, e)] > 0
+}
+
+// forget drops membership d's counts (it is gone: Replace).
+func (t *exclTable) forget(d *Domain) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for k := range s.n {
+			if uint32(k>>40) == d.id {
+				delete(s.n, k)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // expire is the expirer's callback: release h if its deadline still stands.
 func (m *Map) expire(h *hold, at time.Time) {
-	hs := m.remove(h.key, func(x *hold) bool { return x == h && !x.deadline.IsZero() && !x.deadline.After(at) })
+	var buf [1]*hold
+	hs := m.remove(h.key, func(x *hold) bool { return x == h && !x.deadline.IsZero() && !x.deadline.After(at) }, buf[:0])
 	if len(hs) == 0 {
 		return
 	}

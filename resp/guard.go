@@ -50,6 +50,14 @@ func (g *guard) feed(p []byte) error {
 		case gStart:
 			switch c {
 			case '*':
+				if n, used, ok := lineNumber(p[i+1:]); ok {
+					if n <= 0 || n > g.maxArgs {
+						return fmt.Errorf("%w: %d arguments (limit %d)", errFraming, n, g.maxArgs)
+					}
+					g.args, g.state = n, gBulkHdr
+					i += used
+					continue
+				}
 				g.state, g.num, g.neg, g.digits = gCount, 0, false, 0
 			case '\r', '\n':
 				// blank lines between commands are harmless
@@ -91,6 +99,14 @@ func (g *guard) feed(p []byte) error {
 			if c != '$' {
 				return fmt.Errorf("%w: expected '$', got %q", errFraming, c)
 			}
+			if n, used, ok := lineNumber(p[i+1:]); ok {
+				if n > g.maxBulk {
+					return fmt.Errorf("%w: bulk of %d bytes (limit %d)", errFraming, n, g.maxBulk)
+				}
+				g.skip, g.state = n+2, gBulkBody
+				i += used
+				continue
+			}
 			g.state, g.num, g.neg, g.digits = gBulkLen, 0, false, 0
 		case gBulkBody:
 			// Skip as much of the body as this read holds at once.
@@ -109,6 +125,21 @@ func (g *guard) feed(p []byte) error {
 		}
 	}
 	return nil
+}
+
+// lineNumber reads a whole count or length line at the front of p, the
+// common case, in one pass: 1 to 18 digits and CRLF. It returns the number
+// and the line's length, or ok=false for anything else (a line split
+// across reads, a sign, an error), which the byte-at-a-time path handles.
+func lineNumber(p []byte) (n int64, used int, ok bool) {
+	i := 0
+	for ; i < len(p) && i < 18 && '0' <= p[i] && p[i] <= '9'; i++ {
+		n = n*10 + int64(p[i]-'0')
+	}
+	if i == 0 || i+1 >= len(p) || p[i] != '\r' || p[i+1] != '\n' {
+		return 0, 0, false
+	}
+	return n, i + 2, true
 }
 
 // number accumulates the digits of a count or length line; sawCR marks the

@@ -195,14 +195,10 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, repl
 		})
 		return
 	}
-	fences, ok, err := m.Acquire(st.ctx, []string{key}, token, opt)
+	fence, ok, err := m.AcquireKey(st.ctx, key, token, opt)
 	if errors.Is(err, lockmap.ErrWouldBlock) {
 		st.lockErr(err)
 		return
-	}
-	var fence uint64
-	if ok {
-		fence = fences[0]
 	}
 	reply(&st.w, fence, ok, err)
 }
