@@ -409,7 +409,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 			go func() {
 				if tok, same := dom.Client.QueryOwner(ctx, w.entry, s.Entry().Tail(), tag, tagGrace); same {
 					var f [1]uint64
-					ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, nil, tok+1, f[:])
+					ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, nil, tok+1, f[:], time.Time{})
 					report(f[0], ok, false, err)
 					return
 				}
@@ -440,7 +440,7 @@ func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOpti
 	gr := m.newGrant(dom, ws[0].di, ws[0].entry, opt.Mode, guard)
 	run := func(ctx context.Context) {
 		var f [1]uint64
-		ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:])
+		ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:], time.Time{})
 		report(f[0], ok, queued, err)
 	}
 	if blocking == nil {
@@ -459,7 +459,7 @@ func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOpti
 	// slipped in since the check; it then gives the grant back, and the
 	// acquire starts over where it may wait.
 	var f [1]uint64
-	ok, err := m.admit(NoWait(ctx), []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:])
+	ok, err := m.admit(NoWait(ctx), []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:], time.Time{})
 	if errors.Is(err, ErrWouldBlock) {
 		blocking()
 		return

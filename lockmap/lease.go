@@ -123,7 +123,13 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 		ls.maxEnd = end
 	}
 	if ttl >= ls.headTTL {
-		ls.headTTL, ls.headAt = ttl, time.Now()
+		// The grant's time is end - ttl: no need to read the clock on
+		// every acquire, which mostly repeats the same TTL.
+		at := end.Add(-ttl)
+		if end.IsZero() {
+			at = time.Now()
+		}
+		ls.headTTL, ls.headAt = ttl, at
 	}
 	ls.mu.Unlock()
 	if end.IsZero() {

@@ -361,6 +361,7 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 	}
 	start := time.Now()
 	queued := false
+	paused := false // waited for something other than the lock's queue
 	defer func() {
 		// An attempt refused with ErrWouldBlock runs again off the loop and
 		// is told about then; reporting it here would count it twice.
@@ -419,12 +420,13 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 			if err != nil || gr == nil {
 				return false, err
 			}
-			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, append(got, gr), 0, fences)
+			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, append(got, gr), 0, fences, time.Time{})
 		}
 		if m.heldByOther(keys[0], token) {
 			// Another token holds it here, as a shadow of its hold through
 			// another proxy: an independent Redis instance would refuse, so
 			// this proxy waits for it to go, within the budget.
+			paused = true
 			if deadline.IsZero() || !m.awaitOthersGone(ctx, keys[:1], token, deadline) {
 				if isNoWait(ctx) && !deadline.IsZero() {
 					return false, ErrWouldBlock
@@ -455,6 +457,7 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 			}
 			// The membership is gone; the proxy is rejoining. Wait for it,
 			// within the budget, then try again on the new one.
+			paused = true
 			t := time.NewTimer(time.Until(deadline))
 			select {
 			case <-changed:
@@ -478,22 +481,31 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 		got = append(got, m.newGrant(m.doms[w.di].Load(), w.di, w.entry, opt.Mode, g))
 	}
 
-	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence, fences)
+	// An acquire that did not wait was granted within a few microseconds
+	// of its start; its TTL may run from there, which spares a clock read.
+	var granted time.Time
+	if !queued && !paused {
+		granted = start
+	}
+	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence, fences, granted)
 }
 
 // admit finishes an acquire whose locks are taken (got, or a shadow's
 // fence): the lease must cover the TTL, the holds are recorded (one token
 // per key here, as on a Redis instance), tagged grants are vouched for,
 // and TTLs are scheduled. It undoes the grants if any step fails. The
-// keys' fencing tokens go to fences.
+// keys' fencing tokens go to fences. TTLs run from now, the time of the
+// grant (zero: read the clock).
 func (m *Map) admit(ctx context.Context, keys []string, token string, opt AcquireOptions, deadline time.Time, tag uint64,
-	fresh []want, refresh []*hold, got []*grant, shadowFence uint64, fences []uint64) (ok bool, err error) {
+	fresh []want, refresh []*hold, got []*grant, shadowFence uint64, fences []uint64, now time.Time) (ok bool, err error) {
 	undo := func() {
 		for _, g := range got {
 			m.releaseGrant(g)
 		}
 	}
-	now := time.Now()
+	if now.IsZero() {
+		now = time.Now()
+	}
 	var end time.Time
 	if opt.TTL > 0 {
 		end = now.Add(opt.TTL)

@@ -135,7 +135,6 @@ type heldCmd struct {
 	c     *command
 	args  [][]byte
 	arena []byte
-	start time.Time
 }
 
 // action is what a batch leaves to do.
@@ -344,6 +343,9 @@ func (lc *loopConn) feed(in []byte) error {
 // after which the connection closes. It returns how many bytes it consumed.
 func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 	st := lc.st
+	// Activity, for the idle timeout, is stamped once per batch: a batch
+	// runs in microseconds, and the timeout counts seconds.
+	st.active.Store(time.Now().UnixNano())
 	n := 0
 	for n < len(in) {
 		args, used, err := lc.parse(in[n:])
@@ -358,8 +360,6 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 		if len(args) == 0 {
 			continue // a blank inline line
 		}
-		start := time.Now()
-		st.active.Store(start.UnixNano())
 		st.w.resp3 = st.resp3
 		c, name := s.prepare(st, args)
 		switch {
@@ -380,16 +380,16 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			if st.blocked {
 				st.blocked = false
 				st.w.b = st.w.b[:mark]
-				lc.hold(c, args, start)
+				lc.hold(c, args)
 				return n, actHold
 			}
 			if st.deferred {
 				st.deferred = false
-				s.onCommand(name, start)
+				s.onCommand(name)
 				return n, actDefer
 			}
 		}
-		s.onCommand(name, start)
+		s.onCommand(name)
 		if c != nil && c.name == "quit" {
 			return n, actClose
 		}
@@ -430,7 +430,7 @@ func (lc *loopConn) parse(in []byte) ([][]byte, int, error) {
 }
 
 // hold copies a command out of the input buffer for runHeld.
-func (lc *loopConn) hold(c *command, args [][]byte, start time.Time) {
+func (lc *loopConn) hold(c *command, args [][]byte) {
 	h := &lc.held
 	size := 0
 	for _, a := range args {
@@ -449,7 +449,7 @@ func (lc *loopConn) hold(c *command, args [][]byte, start time.Time) {
 		h.args = append(h.args, arena[off:len(arena):len(arena)])
 	}
 	h.arena = arena
-	h.c, h.start = c, start
+	h.c = c
 }
 
 // maxKept bounds the buffers a connection keeps between batches.
@@ -461,7 +461,7 @@ func (s *Server) runHeld(lc *loopConn) {
 	st, h := lc.st, &lc.held
 	st.w.resp3 = st.resp3
 	s.run(st, h.c, h.args)
-	s.onCommand(h.c.name, h.start)
+	s.onCommand(h.c.name)
 	if cap(h.arena) > maxKept {
 		h.arena, h.args = nil, nil
 	}

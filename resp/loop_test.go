@@ -353,7 +353,7 @@ func TestLoopWouldBlockFallback(t *testing.T) {
 	var mu sync.Mutex
 	var names []string
 	s := loopServer(t, func(c *Config) {
-		c.OnCommand = func(name string, _ time.Duration) {
+		c.OnCommand = func(name string) {
 			mu.Lock()
 			names = append(names, name)
 			mu.Unlock()

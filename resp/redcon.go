@@ -92,8 +92,7 @@ func (f *redconFrontend) serveRESP(c redcon.Conn, cmd redcon.Command) {
 		c.Close()
 		return
 	}
-	start := time.Now()
-	st.active.Store(start.UnixNano())
+	st.active.Store(time.Now().UnixNano())
 	st.w.resp3 = st.resp3
 	st.w.reset()
 	name := s.exec(st, cmd.Args)
@@ -103,7 +102,7 @@ func (f *redconFrontend) serveRESP(c redcon.Conn, cmd redcon.Command) {
 	if name == "quit" {
 		c.Close()
 	}
-	s.onCommand(name, start)
+	s.onCommand(name)
 }
 
 // limitListener wraps connections so that a command larger than max bytes

@@ -108,7 +108,7 @@ func (m *metrics) onHoldEnd(mode shiftlock.Mode, held time.Duration, expired boo
 	m.holdBy[mi][ei].Observe(held.Seconds())
 }
 
-func (m *metrics) onCommand(name string, _ time.Duration) {
+func (m *metrics) onCommand(name string) {
 	if c, ok := m.commandBy.Load(name); ok {
 		c.(prometheus.Counter).Inc()
 		return
