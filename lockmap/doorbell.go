@@ -54,7 +54,7 @@ type Doorbell struct {
 type bellGroup struct {
 	dom   *Domain
 	b     rdma.Batch
-	ends  []func(error)
+	ends  []bellEnd
 	waits []*bellWait
 	mark  uint64 // the mark under which an operation last joined
 
@@ -73,6 +73,15 @@ const (
 	postLanded                // the answer is in, for the waiting owner
 	postDetached              // the owner stopped waiting: back completes it
 )
+
+// bellEnd completes one staged operation once its batch is posted: an
+// acquire's completion f, or a release of grant g. Releases are kept as
+// values, not closures, because every batched release stages one.
+type bellEnd struct {
+	f   func(error)
+	rel shiftlock.StagedRelease
+	g   *grant
+}
 
 // bellWait is a function waiting for the groups staged when it was
 // registered (After).
@@ -304,8 +313,12 @@ func (d *Doorbell) landed(g *bellGroup, detached bool) {
 
 // complete runs a posted batch's completions and recycles its group.
 func (d *Doorbell) complete(g *bellGroup, err error) {
-	for _, end := range g.ends {
-		end(err)
+	for _, e := range g.ends {
+		if e.f != nil {
+			e.f(err)
+		} else {
+			d.m.finishRelease(e.g, e.rel, err)
+		}
 	}
 	for _, w := range g.waits {
 		if w.n--; w.n == 0 {
@@ -390,7 +403,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 		done(0, false, err)
 		return
 	}
-	g.ends = append(g.ends, func(postErr error) {
+	g.ends = append(g.ends, bellEnd{f: func(postErr error) {
 		guard, wait, err := s.End(postErr)
 		switch {
 		case err != nil:
@@ -428,7 +441,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 				m.admitAsync(ctx, key, token, opt, deadline, tag, ws, dom, guard, true, report, nil)
 			}()
 		}
-	})
+	}})
 }
 
 // admitAsync admits a grant of AcquireAsync (admit). On the caller's
@@ -534,19 +547,21 @@ func (m *Map) releaseGrantAsync(d *Doorbell, g *grant) {
 		return
 	}
 	grp := d.group(g.dom)
-	end := guard.BeginRelease(&grp.b)
-	grp.ends = append(grp.ends, func(postErr error) {
-		rest, err := end(postErr)
-		if rest != nil {
-			go func() {
-				if err := rest(); err != nil {
-					m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
-				}
-			}()
-			return
-		}
-		if err != nil {
-			m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
-		}
-	})
+	grp.ends = append(grp.ends, bellEnd{rel: guard.BeginRelease(&grp.b), g: g})
+}
+
+// finishRelease completes a release staged by releaseGrantAsync.
+func (m *Map) finishRelease(g *grant, r shiftlock.StagedRelease, postErr error) {
+	rest, err := r.Finish(postErr)
+	if rest != nil {
+		go func() {
+			if err := rest(); err != nil {
+				m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
+			}
+		}()
+		return
+	}
+	if err != nil {
+		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
+	}
 }

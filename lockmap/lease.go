@@ -94,14 +94,17 @@ func (ls *Lease) horizon() time.Duration {
 // memory node has heard from us recently enough that it cannot have declared
 // us dead. Past selfFence (half of DeadAfter) without an acknowledged beat,
 // the proxy fences itself.
-func (ls *Lease) Valid() error {
+func (ls *Lease) Valid() error { return ls.validSince(ls.hb.LastAck()) }
+
+// validSince is Valid with the last acknowledged beat already read.
+func (ls *Lease) validSince(ack time.Time) error {
 	ls.mu.Lock()
 	lost := ls.lost
 	ls.mu.Unlock()
 	if lost != nil {
 		return fmt.Errorf("%w: %w", ErrNoLease, lost)
 	}
-	if since := time.Since(ls.hb.LastAck()); since > ls.selfFence {
+	if since := time.Since(ack); since > ls.selfFence {
 		return fmt.Errorf("%w: last heartbeat acknowledged %v ago", ErrNoLease, since.Round(time.Millisecond))
 	}
 	return nil
@@ -112,10 +115,14 @@ func (ls *Lease) Valid() error {
 // node that keeps state across restarts, a longer horizon counts only once
 // the memory node confirms it has saved it.
 func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) error {
-	if max := ls.ep.Layout().MaxLease; max > 0 && ttl > max {
+	lay := ls.ep.Layout()
+	if max := lay.MaxLease; max > 0 && ttl > max {
 		return fmt.Errorf("%w (%v > %v)", ErrTTLTooLong, ttl, max)
 	}
-	if err := ls.Valid(); err != nil {
+	// One read of the published beat serves the validity check and the
+	// horizon check: every acquire comes here.
+	at, h := ls.hb.Published()
+	if err := ls.validSince(at); err != nil {
 		return err
 	}
 	ls.mu.Lock()
@@ -125,18 +132,18 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 	if ttl >= ls.headTTL {
 		// The grant's time is end - ttl: no need to read the clock on
 		// every acquire, which mostly repeats the same TTL.
-		at := end.Add(-ttl)
+		granted := end.Add(-ttl)
 		if end.IsZero() {
-			at = time.Now()
+			granted = time.Now()
 		}
-		ls.headTTL, ls.headAt = ttl, at
+		ls.headTTL, ls.headAt = ttl, granted
 	}
+	confirmed := !lay.Persistent || h <= ls.confirm
 	ls.mu.Unlock()
 	if end.IsZero() {
 		return nil // bounded by membership, which every beat covers
 	}
-	at, h := ls.hb.Published()
-	if !end.After(at.Add(h)) && ls.confirmed(h) {
+	if !end.After(at.Add(h)) && confirmed {
 		return nil
 	}
 	h = ls.horizon()

@@ -378,8 +378,11 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 	ws := m.wants(wbuf[:0], keys)
 	fresh := ws[:0]
 	var refresh []*hold
+	othersHere := false // another token holds a key here (a shadow)
 	for _, w := range ws {
-		if h := m.find(w.key, token); h != nil {
+		h, others := m.holdsOf(w.key, token)
+		othersHere = othersHere || others
+		if h != nil {
 			if opt.Reentrant && h.mode == shiftlock.Exclusive && opt.Mode == shiftlock.Exclusive {
 				refresh = append(refresh, h)
 				continue
@@ -422,7 +425,7 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 			}
 			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, append(got, gr), 0, fences, time.Time{})
 		}
-		if m.heldByOther(keys[0], token) {
+		if othersHere {
 			// Another token holds it here, as a shadow of its hold through
 			// another proxy: an independent Redis instance would refuse, so
 			// this proxy waits for it to go, within the budget.
@@ -855,6 +858,22 @@ func (m *Map) otherHoldSignal(key, token string) <-chan struct{} {
 	return nil
 }
 
+// holdsOf returns token's hold of key, if any, and whether another token
+// holds key here too: one visit to the shard for what every acquire asks.
+func (m *Map) holdsOf(key, token string) (mine *hold, others bool) {
+	s := m.shard(key)
+	s.mu.Lock()
+	for _, h := range s.keys[key] {
+		if h.token == token {
+			mine = h
+		} else {
+			others = true
+		}
+	}
+	s.mu.Unlock()
+	return mine, others
+}
+
 func (m *Map) find(key, token string) *hold {
 	s := m.shard(key)
 	s.mu.Lock()
@@ -1248,9 +1267,8 @@ func (m *Map) ended(hs []*hold, expired bool) {
 	if m.cfg.OnHoldEnd == nil || len(hs) == 0 {
 		return
 	}
-	now := time.Now()
 	for _, h := range hs {
-		m.cfg.OnHoldEnd(h.mode, now.Sub(h.since), expired)
+		m.cfg.OnHoldEnd(h.mode, time.Since(h.since), expired) // the monotonic clock alone
 	}
 }
 

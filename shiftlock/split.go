@@ -95,25 +95,16 @@ func (s *Start) Wait(ctx context.Context) (*Guard, error) {
 }
 
 // BeginRelease adds g's release atomic to b, if it needs one, and returns
-// the completion to call once b has been posted. The completion returns
-// the release's error, and rest, non-nil when the release must go on where
-// it may block (releaseSlow: a closing CAS lost to a writer that has not
-// announced itself yet). Like Release, it is a no-op on a released guard,
-// and releasing a pending guard needs no verb.
-func (g *Guard) BeginRelease(b *rdma.Batch) func(postErr error) (rest func() error, err error) {
+// the release, to Finish once b has been posted. Like Release, it is a
+// no-op on a released guard, and releasing a pending guard needs no verb.
+func (g *Guard) BeginRelease(b *rdma.Batch) StagedRelease {
 	c := g.c
 	if !g.letGoOnce() {
-		return func(error) (func() error, error) { return nil, nil }
+		return StagedRelease{}
 	}
 	if g.mode == Shared {
 		op := b.MaskedFAA128(c.layout.EntryAddr(g.entry), fRdrCnt.Neg(1).Or(fRelCnt.Value(1)), boundary)
-		return func(postErr error) (func() error, error) {
-			defer c.holds.add(g.entry, -1, 0)
-			if postErr != nil {
-				return nil, postErr
-			}
-			return nil, b.Err(op)
-		}
+		return StagedRelease{g: g, b: b, op: op, shared: true}
 	}
 	k := c.releasePlan(g)
 	if k == relPipelined {
@@ -121,12 +112,7 @@ func (g *Guard) BeginRelease(b *rdma.Batch) func(postErr error) (rest func() err
 	}
 	if k == relModeChange && g.maybeLag {
 		// The flip must wait for bumps in flight, which may block.
-		return func(error) (func() error, error) {
-			return func() error {
-				defer c.released(g)
-				return c.finishRelease(g, k)
-			}, nil
-		}
+		return StagedRelease{g: g, b: b, op: -1, k: k, deferred: true}
 	}
 	op := -1
 	if k != relSendOnly {
@@ -137,27 +123,63 @@ func (g *Guard) BeginRelease(b *rdma.Batch) func(postErr error) (rest func() err
 			op = b.MaskedFAA128(v.Addr, v.Value, v.Mask)
 		}
 	}
-	return func(postErr error) (func() error, error) {
-		var old Entry
-		if op >= 0 {
-			err := postErr
-			if err == nil {
-				err = b.Err(op)
-			}
-			if err != nil {
-				c.released(g)
-				return nil, fmt.Errorf("release of entry %d: %w", g.entry, err)
-			}
-			old = Entry(b.Old(op))
+	return StagedRelease{g: g, b: b, op: op, k: k}
+}
+
+// StagedRelease is a release whose atomic waits in a batch (BeginRelease).
+// It is a value, not a closure, because the proxy stages one for every
+// release it batches. The zero value finishes as a no-op.
+type StagedRelease struct {
+	g        *Guard
+	b        *rdma.Batch
+	op       int // the atomic's index in b, or -1 for none
+	k        relKind
+	shared   bool
+	deferred bool // the whole release must run where it may block
+}
+
+// Finish completes the release once its batch was posted (postErr: the
+// post's error). It returns the release's error, and rest, non-nil when
+// the release must go on where it may block (releaseSlow: a closing CAS
+// lost to a writer that has not announced itself yet).
+func (r StagedRelease) Finish(postErr error) (rest func() error, err error) {
+	g := r.g
+	if g == nil {
+		return nil, nil
+	}
+	c := g.c
+	switch {
+	case r.shared:
+		defer c.holds.add(g.entry, -1, 0)
+		if postErr != nil {
+			return nil, postErr
 		}
-		slow, err := c.releaseAfter(g, k, old)
-		if !slow {
-			c.released(g)
-			return nil, err
-		}
+		return nil, r.b.Err(r.op)
+	case r.deferred:
 		return func() error {
 			defer c.released(g)
-			return c.releaseSlow(g)
+			return c.finishRelease(g, r.k)
 		}, nil
 	}
+	var old Entry
+	if r.op >= 0 {
+		err := postErr
+		if err == nil {
+			err = r.b.Err(r.op)
+		}
+		if err != nil {
+			c.released(g)
+			return nil, fmt.Errorf("release of entry %d: %w", g.entry, err)
+		}
+		old = Entry(r.b.Old(r.op))
+	}
+	slow, err := c.releaseAfter(g, r.k, old)
+	if !slow {
+		c.released(g)
+		return nil, err
+	}
+	return func() error {
+		defer c.released(g)
+		return c.releaseSlow(g)
+	}, nil
 }

@@ -99,8 +99,8 @@ func (bg bellGrant) Release(context.Context) error {
 	var rest func() error
 	var err error
 	bg.b.ring(func(batch *rdma.Batch) func(error) {
-		end := bg.g.BeginRelease(batch)
-		return func(perr error) { rest, err = end(perr) }
+		r := bg.g.BeginRelease(batch)
+		return func(perr error) { rest, err = r.Finish(perr) }
 	})
 	if rest != nil {
 		return rest()
@@ -168,13 +168,13 @@ func TestSplitPhaseCosts(t *testing.T) {
 		t.Fatal("a granted entry was free")
 	}
 	b.Reset()
-	var ends []func(error) (func() error, error)
+	var rels []shiftlock.StagedRelease
 	for _, g := range gs {
-		ends = append(ends, g.BeginRelease(&b))
+		rels = append(rels, g.BeginRelease(&b))
 	}
 	err = c.Endpoint().Post(ctx, &b)
-	for _, end := range ends {
-		if rest, err := end(err); rest != nil || err != nil {
+	for _, r := range rels {
+		if rest, err := r.Finish(err); rest != nil || err != nil {
 			t.Fatalf("uncontended release: %v %v", rest != nil, err)
 		}
 	}
