@@ -2,6 +2,7 @@ package resp
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -23,6 +24,17 @@ type command struct {
 }
 
 var commands map[string]*command
+
+// CommandNames lists every name Config.OnCommand may be called with: the
+// command table's, "unknown" and "empty".
+func CommandNames() []string {
+	names := []string{"unknown", "empty"}
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
 
 func init() {
 	commands = map[string]*command{

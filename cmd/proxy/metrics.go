@@ -29,7 +29,7 @@ type metrics struct {
 	// values under a lock, which every command would pay.
 	acquireBy [3][2][2]prometheus.Observer // [mode][ok][queued]
 	holdBy    [3][2]prometheus.Observer    // [mode][expired]
-	commandBy sync.Map                     // command name -> prometheus.Counter
+	commandBy map[string]prometheus.Counter // every name resp reports; read-only after newMetrics
 }
 
 func newMetrics() *metrics {
@@ -56,6 +56,10 @@ func newMetrics() *metrics {
 		}, []string{"memnode"}),
 		verbs:    rdma.NewCollector(),
 		exported: map[int]*rdma.Counters{},
+	}
+	m.commandBy = map[string]prometheus.Counter{}
+	for _, name := range resp.CommandNames() {
+		m.commandBy[name] = m.commands.WithLabelValues(name)
 	}
 	for _, mode := range []shiftlock.Mode{shiftlock.Exclusive, shiftlock.Shared} {
 		for oi, outcome := range []string{"busy", "granted"} {
@@ -109,13 +113,11 @@ func (m *metrics) onHoldEnd(mode shiftlock.Mode, held time.Duration, expired boo
 }
 
 func (m *metrics) onCommand(name string) {
-	if c, ok := m.commandBy.Load(name); ok {
-		c.(prometheus.Counter).Inc()
+	if c, ok := m.commandBy[name]; ok {
+		c.Inc()
 		return
 	}
-	c := m.commands.WithLabelValues(name)
-	m.commandBy.Store(name, c)
-	c.Inc()
+	m.commands.WithLabelValues(name).Inc() // not in resp.CommandNames: a new name
 }
 
 // watch exports the lock table, the server and each memory node's client.
