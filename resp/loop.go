@@ -343,9 +343,10 @@ func (lc *loopConn) feed(in []byte) error {
 // after which the connection closes. It returns how many bytes it consumed.
 func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 	st := lc.st
-	// Activity, for the idle timeout, is stamped once per batch: a batch
-	// runs in microseconds, and the timeout counts seconds.
-	st.active.Store(time.Now().UnixNano())
+	// Activity, for the idle timeout, is stamped once per batch, to the
+	// server clock's tick: a batch runs in microseconds, and idle times
+	// count seconds.
+	st.active.Store(s.clock.Load())
 	n := 0
 	for n < len(in) {
 		args, used, err := lc.parse(in[n:])

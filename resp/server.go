@@ -188,8 +188,13 @@ type Server struct {
 	addr   net.Addr
 	done   chan error // receives the front end's end, once
 	closed bool
-	// stopSweep ends the idle sweep (IdleTimeout).
+	// stopSweep ends the clock's ticks and the idle sweep (IdleTimeout).
 	stopSweep chan struct{}
+	// clock is the time (Unix nanoseconds) to tick resolution, for
+	// activity stamps: reading the real clock per batch costs more than a
+	// lock's bookkeeping on this path, and idle times count seconds. Redis
+	// keeps its own clock the same way (server.unixtime, per cron tick).
+	clock atomic.Int64
 	// tlsFE serves the TLS port (ListenTLS), tlsAddr is where.
 	tlsFE   *redconFrontend
 	tlsAddr net.Addr
@@ -201,6 +206,7 @@ type Server struct {
 func New(cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*Script{}, started: time.Now(), done: make(chan error, 1)}
+	s.clock.Store(s.started.UnixNano())
 	switch cfg.Frontend {
 	case FrontendRedcon:
 		s.fe = newRedconFrontend(s)
@@ -229,8 +235,9 @@ func (s *Server) Listen(addr string) error {
 		return err
 	}
 	s.addr = a
+	s.stopSweep = make(chan struct{})
+	go s.tick(s.stopSweep)
 	if s.cfg.IdleTimeout > 0 {
-		s.stopSweep = make(chan struct{})
 		go s.sweepIdle(s.stopSweep)
 	}
 	return nil
@@ -498,6 +505,23 @@ func (s *Server) run(st *connState, c *command, args [][]byte) {
 func (s *Server) onCommand(name string) {
 	if s.cfg.OnCommand != nil {
 		s.cfg.OnCommand(name)
+	}
+}
+
+// clockTick is the resolution of Server.clock.
+const clockTick = 100 * time.Millisecond
+
+// tick keeps Server.clock until stop closes.
+func (s *Server) tick(stop <-chan struct{}) {
+	t := time.NewTicker(clockTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			s.clock.Store(now.UnixNano())
+		}
 	}
 }
 
