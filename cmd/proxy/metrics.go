@@ -27,8 +27,8 @@ type metrics struct {
 
 	// The vectors' children, resolved once: a label lookup hashes its
 	// values under a lock, which every command would pay.
-	acquireBy [3][2][2]prometheus.Observer // [mode][ok][queued]
-	holdBy    [3][2]prometheus.Observer    // [mode][expired]
+	acquireBy [3][2][2]prometheus.Observer  // [mode][ok][queued]
+	holdBy    [3][2]prometheus.Observer     // [mode][expired]
 	commandBy map[string]prometheus.Counter // every name resp reports; read-only after newMetrics
 }
 
