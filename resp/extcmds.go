@@ -76,7 +76,7 @@ func (s *Server) waitFor(key string, o lockOpts) time.Duration {
 // It answers the grant's fencing token, or nil if the key stayed held for the
 // whole wait. Without WAIT the key's wait policy applies.
 func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
-	key, token := string(args[1]), string(args[2])
+	key, token := keyToken(args[1], args[2])
 	o, e := parseLockOpts(args[3:], "lock.acquire", "LOCK.ACQUIRE key token [SHARED] [PX ms] [WAIT ms]")
 	if e != "" {
 		st.w.err(e)

@@ -164,7 +164,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 			"XX, GET, KEEPTTL and plain SET would overwrite a lock; use LOCK.EXTEND or PEXPIRE to extend one")
 		return
 	}
-	key, token := string(args[1]), string(args[2])
+	key, token := keyToken(args[1], args[2])
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl), Queue: st.queueHook}
 	st.acquire(key, token, opt, func(w *replyWriter, _ uint64, ok bool, err error) {
 		switch {
@@ -176,6 +176,14 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 			w.null()
 		}
 	})
+}
+
+// keyToken copies a key and a token out of the input buffer with one
+// allocation: the hold keeps both for as long as it lasts.
+func keyToken(key, token []byte) (string, string) {
+	var buf [128]byte
+	kt := string(append(append(buf[:0], key...), token...))
+	return kt[:len(key)], kt[len(key):]
 }
 
 // acquire takes key for token and has reply answer. On the event loop with
