@@ -21,12 +21,14 @@ import (
 // writer's mark, is a conflict the lock let through. It returns the
 // conflicting units seen and the locks granted.
 func checkRun(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration) (overlaps, inversions, granted int64, stats rangelock.Stats) {
-	return checkRunIn(t, cfg, clients, shared, d, 0)
+	return checkRunIn(t, cfg, clients, shared, d, 0, 0)
 }
 
 // checkRunIn is checkRun with every span starting below hot (0: anywhere),
-// to crowd the clients onto a few leaves.
-func checkRunIn(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration, hot uint64) (overlaps, inversions, granted int64, stats rangelock.Stats) {
+// to crowd the clients onto a few leaves, and every lock held for at least
+// hold: a conflict the lock lets through is seen only while both holders
+// hold, which on a loaded machine short holds rarely do at once.
+func checkRunIn(t *testing.T, cfg rangelock.Config, clients int, shared float64, d time.Duration, hot uint64, hold time.Duration) (overlaps, inversions, granted int64, stats rangelock.Stats) {
 	var hist history
 	defer func() { inversions = int64(hist.fenceInversions()) }()
 	t.Helper()
@@ -89,7 +91,9 @@ func checkRunIn(t *testing.T, cfg rangelock.Config, clients int, shared float64,
 						ov.Add(1)
 					}
 				}
-				if r.IntN(4) == 0 {
+				if hold > 0 {
+					time.Sleep(hold)
+				} else if r.IntN(4) == 0 {
 					time.Sleep(time.Duration(r.IntN(100)) * time.Microsecond)
 				}
 				for u := l; u < hi; u++ {
@@ -213,9 +217,11 @@ func TestNoOverlapFastPath(t *testing.T) {
 	}
 	var overlaps int64
 	// The broken variant runs where spans of a leaf and of the node above
-	// it meet, and again if a loaded machine kept them apart by chance.
+	// it meet, with holds long enough to meet in time as well (CI once saw
+	// 0 overlaps in three runs of short holds under -race on a loaded
+	// machine), and again if a loaded machine kept them apart by chance.
 	for try := 0; try < 3; try++ {
-		overlaps, _, granted, _ = checkRunIn(t, rangelock.Config{FastPath: true, Unsafe: "fast-path-no-check"}, 16, 0.3, 2*time.Second, 512)
+		overlaps, _, granted, _ = checkRunIn(t, rangelock.Config{FastPath: true, Unsafe: "fast-path-no-check"}, 16, 0.3, 2*time.Second, 512, time.Millisecond)
 		t.Logf("broken fast path: %d overlapping units in %d grants", overlaps, granted)
 		if overlaps > 0 {
 			break
@@ -233,7 +239,7 @@ func TestLeafPromotion(t *testing.T) {
 	var st rangelock.Stats
 	for try := 0; try < 3 && (granted < 20 || st.Promotions == 0); try++ {
 		var overlaps, inversions int64
-		overlaps, inversions, granted, st = checkRunIn(t, rangelock.Config{LeafPatience: time.Microsecond, FastPath: true}, 16, 0.3, 2*time.Second, 128)
+		overlaps, inversions, granted, st = checkRunIn(t, rangelock.Config{LeafPatience: time.Microsecond, FastPath: true}, 16, 0.3, 2*time.Second, 128, 0)
 		t.Logf("granted %d, promotions %d, fast paths %d, backoffs %d", granted, st.Promotions, st.FastPaths, st.Backoffs)
 		if overlaps > 0 || inversions > 0 {
 			t.Fatalf("%d units held by two clients at once, %d fencing inversions", overlaps, inversions)
