@@ -178,6 +178,14 @@ func TestSplitPhaseCosts(t *testing.T) {
 			t.Fatalf("uncontended release: %v %v", rest != nil, err)
 		}
 	}
+	// Released guards stage nothing again, and their release finishes as
+	// a no-op.
+	b.Reset()
+	for _, g := range gs {
+		if rest, err := g.BeginRelease(&b).Finish(nil); rest != nil || err != nil || len(b.Ops) != 0 {
+			t.Fatalf("second release: %v %v, %d ops staged", rest != nil, err, len(b.Ops))
+		}
+	}
 	d := c.Endpoint().Counters().Snapshot().Sub(before)
 	// The failed try in the middle is one more atomic and round trip.
 	if d.OutAtomics() != 17 || d.Out[rdma.VerbBatch] != 3 {
