@@ -46,7 +46,8 @@ type Guard struct {
 	succ    Tail   // stashed Successor, if it arrived early
 	hasSucc bool
 	tag     uint64 // this writer's owner tag (owner.go)
-	own     *owner // its recognition state (Config.OwnerTags)
+	own     *owner // its recognition state (Config.OwnerTags): ownBuf
+	ownBuf  owner  // allocated with the guard, since every tagged writer has one
 	same    bool   // a same-owner answer has arrived
 	granted uint8  // how the grant came: msgHandover, msgModeChanged, or 0
 	// maybeLag: RelCnt may lag behind curRel, bumps of pipelined handovers

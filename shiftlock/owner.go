@@ -216,7 +216,8 @@ func (c *Client) track(g *Guard, tag uint64) {
 	if !c.cfg.OwnerTags {
 		return
 	}
-	g.own = &owner{entry: g.entry, tag: tag}
+	g.ownBuf.entry, g.ownBuf.tag = g.entry, tag
+	g.own = &g.ownBuf
 	c.owners.add(g.self.Target, g.own)
 }
 
