@@ -183,16 +183,25 @@ func (u *unit) unmark(m rangelock.Mode) {
 // shared, and no unit is ever held in conflicting modes at once; the run
 // makes progress.
 func TestNoOverlap(t *testing.T) {
-	overlaps, inversions, granted, st := checkRun(t, rangelock.Config{}, 16, 0.3, 3*time.Second)
-	t.Logf("granted %d, aborts %d, backoffs %d", granted, st.Aborts, st.Backoffs)
-	if overlaps > 0 {
-		t.Fatalf("%d units held by two clients at once", overlaps)
+	// A loaded machine may grant little in one run: under -race this test
+	// grants about 120 in 3 s on an idle 2-core VM, and CI saw 99 once. A
+	// stuck protocol grants a handful and then nothing, in every run. Every
+	// try must be clean.
+	var granted int64
+	for try := 0; try < 3 && granted < 30; try++ {
+		var overlaps, inversions int64
+		var st rangelock.Stats
+		overlaps, inversions, granted, st = checkRun(t, rangelock.Config{}, 16, 0.3, 3*time.Second)
+		t.Logf("granted %d, aborts %d, backoffs %d", granted, st.Aborts, st.Backoffs)
+		if overlaps > 0 {
+			t.Fatalf("%d units held by two clients at once", overlaps)
+		}
+		if inversions > 0 {
+			t.Fatalf("%d pairs of conflicting grants whose fencing tokens go backwards", inversions)
+		}
 	}
-	if inversions > 0 {
-		t.Fatalf("%d pairs of conflicting grants whose fencing tokens go backwards", inversions)
-	}
-	if granted < 100 {
-		t.Fatalf("only %d locks in 3 s: the protocol is stuck", granted)
+	if granted < 30 {
+		t.Fatalf("only %d locks in 3 s, three times: the protocol is stuck", granted)
 	}
 }
 
