@@ -188,7 +188,7 @@ type Server struct {
 	addr   net.Addr
 	done   chan error // receives the front end's end, once
 	closed bool
-	// stopSweep ends the clock's ticks and the idle sweep (IdleTimeout).
+	// stopSweep ends cron: the clock's ticks and the idle sweep.
 	stopSweep chan struct{}
 	// clock is the time (Unix nanoseconds) to tick resolution, for
 	// activity stamps: reading the real clock per batch costs more than a
@@ -236,10 +236,7 @@ func (s *Server) Listen(addr string) error {
 	}
 	s.addr = a
 	s.stopSweep = make(chan struct{})
-	go s.tick(s.stopSweep)
-	if s.cfg.IdleTimeout > 0 {
-		go s.sweepIdle(s.stopSweep)
-	}
+	go s.cron(s.stopSweep)
 	return nil
 }
 
@@ -511,32 +508,25 @@ func (s *Server) onCommand(name string) {
 // clockTick is the resolution of Server.clock.
 const clockTick = 100 * time.Millisecond
 
-// tick keeps Server.clock until stop closes.
-func (s *Server) tick(stop <-chan struct{}) {
+// cron keeps Server.clock and, with IdleTimeout, closes clients idle for
+// longer than it, as Redis's timeout does, until stop closes. A client
+// whose command waits in a lock's queue is not idle.
+func (s *Server) cron(stop <-chan struct{}) {
+	d := s.cfg.IdleTimeout
+	every := min(d/4, time.Second)
 	t := time.NewTicker(clockTick)
 	defer t.Stop()
+	var swept time.Time
 	for {
 		select {
 		case <-stop:
 			return
 		case now := <-t.C:
 			s.clock.Store(now.UnixNano())
-		}
-	}
-}
-
-// sweepIdle closes clients idle for longer than IdleTimeout, as Redis's
-// timeout does, until the server closes. A client whose command waits in a
-// lock's queue is not idle.
-func (s *Server) sweepIdle(stop <-chan struct{}) {
-	d := s.cfg.IdleTimeout
-	tick := time.NewTicker(min(d/4, time.Second))
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-tick.C:
+			if d <= 0 || now.Sub(swept) < every {
+				continue
+			}
+			swept = now
 			s.conns.Range(func(_, v any) bool {
 				st := v.(*connState)
 				if st.waiting.Load() == 0 && now.UnixNano()-st.active.Load() > int64(d) {
