@@ -7,7 +7,7 @@ PKGS    := ./...
 # the deadline races its own worker cancellation (go.dev/issue/75804, fixed in
 # Go 1.27), which a loaded CI machine hit. A count has no deadline to race.
 # FUZZTIME=30s still works for a manual run.
-FUZZTIME ?= 100000x
+FUZZTIME ?= 30000x
 FUZZMINTIME ?= 5s
 
 .PHONY: all build run test deps vet lint fuzz bench-fabric bench-proxy chaos clean static
@@ -49,7 +49,7 @@ test: deps vet build
 	cd itest/redislock010 && $(GO) test -race -timeout 5m ./...
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 
-# Each fuzz target runs FUZZTIME (default 100000 executions, 5-25 s each here);
+# Each fuzz target runs FUZZTIME (default 30000 executions, 3-10 s each here);
 # minimizing one new input is capped at FUZZMINTIME so a slow minimization of
 # a long input cannot stretch the run.
 fuzz:
