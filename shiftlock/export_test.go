@@ -11,3 +11,6 @@ func (g *Guard) SuccessorKnown() bool {
 	g.c.drainSlot(g)
 	return g.hasSucc
 }
+
+// MaxQueryHops is how many writers an owner question passes at most.
+const MaxQueryHops = maxQueryHops

@@ -45,6 +45,8 @@ type owner struct {
 	gone    bool    // its owner let go, or was never told: it only relays
 	closed  bool    // the slot is closed: nothing reaches it any more
 	known   bool    // pred is set: the slot's own enqueue has landed
+	asked   bool    // a question has visited it: the entry is contended
+	listed  bool    // in ownerTable.vouched (guarded by mu, as is the table's entry)
 	pred    Tail    // the writer ahead while queued; zero once granted
 	subs    []query // same-tag questions to answer once vouched
 	parked  []query // questions that arrived before pred was known
@@ -76,12 +78,76 @@ func (q query) message(entry uint64) message {
 const maxQueryHops = 16
 
 // ownerTable finds a slot's recognition state by its Target, from the
-// fabric's delivery goroutine.
+// fabric's delivery goroutine, and a node's vouched writers of contended
+// entries by entry and tag.
+//
+// The second index is why a question cannot miss its owner's holder behind
+// a crowd. A question walks at most maxQueryHops writers, but a RedLock
+// burst can queue more than that between a client's granted request and
+// its next one; the holder then waits for a quorum that its own queued
+// requests can only give after it let go, and every client of the key
+// stalls for its whole budget. A walk crosses every proxy whose writers
+// stand ahead of it, so it passes the holder's node long before it would
+// reach the holder's slot; there the node answers for all its writers.
+// Only writers that a question has visited are listed: an uncontended
+// acquire pays nothing for it.
 type ownerTable struct {
 	shards [64]struct {
 		mu sync.Mutex
 		m  map[rdma.Target]*owner
 	}
+	vouched [16]struct {
+		mu sync.Mutex
+		m  map[ownerKey]*owner
+	}
+}
+
+type ownerKey struct{ entry, tag uint64 }
+
+// list records o, vouched for and asked about, as its node's writer for its
+// entry and tag; the caller holds o.mu.
+func (t *ownerTable) list(o *owner) {
+	s := &t.vouched[o.entry%uint64(len(t.vouched))]
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[ownerKey]*owner{}
+	}
+	s.m[ownerKey{o.entry, o.tag}] = o
+	s.mu.Unlock()
+	o.listed = true
+}
+
+// unlist takes o out of the index if it is listed; the caller holds o.mu.
+func (t *ownerTable) unlist(o *owner) {
+	if !o.listed {
+		return
+	}
+	o.listed = false
+	s := &t.vouched[o.entry%uint64(len(t.vouched))]
+	k := ownerKey{o.entry, o.tag}
+	s.mu.Lock()
+	if s.m[k] == o {
+		delete(s.m, k)
+	}
+	s.mu.Unlock()
+}
+
+// vouchedFor returns the token of this node's listed writer of entry with
+// tag, if it still answers for its owner.
+func (t *ownerTable) vouchedFor(entry, tag uint64) (uint64, bool) {
+	s := &t.vouched[entry%uint64(len(t.vouched))]
+	s.mu.Lock()
+	o := s.m[ownerKey{entry, tag}]
+	s.mu.Unlock()
+	if o == nil {
+		return 0, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.gone || !o.vouched || o.entry != entry || o.tag != tag {
+		return 0, false
+	}
+	return o.token, true
 }
 
 func (t *ownerTable) shard(tg rdma.Target) *struct {
@@ -118,6 +184,7 @@ func (t *ownerTable) remove(tg rdma.Target) {
 	if o != nil {
 		o.mu.Lock()
 		o.closed, o.subs, o.parked = true, nil, nil
+		t.unlist(o)
 		o.mu.Unlock()
 	}
 }
@@ -159,6 +226,10 @@ func (c *Client) deliver(rm rdma.Message) error {
 // is answered no if it asked for that: a queued writer does not (it simply
 // waits its turn), a try does.
 func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
+	if token, ok := c.owners.vouchedFor(entry, q.tag); ok {
+		c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: entry, Value: token}, nil)
+		return
+	}
 	for ; q.hops < maxQueryHops; q.hops++ {
 		o := c.owners.get(at)
 		if o == nil {
@@ -177,6 +248,10 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 			o.parked = append(o.parked, q)
 			o.mu.Unlock()
 			return
+		}
+		o.asked = true
+		if o.vouched && !o.gone && !o.listed {
+			c.owners.list(o)
 		}
 		if o.tag == q.tag && !o.gone {
 			vouched, token := o.vouched, o.token
@@ -253,6 +328,7 @@ func (g *Guard) letGo() {
 	}
 	o.mu.Lock()
 	o.gone = true
+	g.c.owners.unlist(o)
 	subs := o.subs
 	o.subs = nil
 	o.mu.Unlock()
@@ -279,6 +355,9 @@ func (g *Guard) Vouch() {
 		return
 	}
 	o.vouched, o.token = true, token
+	if o.asked {
+		g.c.owners.list(o)
+	}
 	subs := o.subs
 	o.subs = nil
 	o.mu.Unlock()
