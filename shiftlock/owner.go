@@ -41,12 +41,12 @@ type owner struct {
 	entry   uint64
 	tag     uint64 // 0: an untagged writer; it only relays queries
 	vouched bool
-	token   uint64  // what a same-owner answer carries, set when vouched
-	gone    bool    // its owner let go, or was never told: it only relays
-	closed  bool    // the slot is closed: nothing reaches it any more
-	known   bool    // pred is set: the slot's own enqueue has landed
-	asked   bool    // a question has visited it: the entry is contended
-	listed  bool    // in ownerTable.vouched (guarded by mu, as is the table's entry)
+	token   uint64 // what a same-owner answer carries, set when vouched
+	gone    bool   // its owner let go, or was never told: it only relays
+	closed  bool   // the slot is closed: nothing reaches it any more
+	known   bool   // pred is set: the slot's own enqueue has landed
+	self    rdma.Target
+	listed  bool    // in ownerTable.listed: a question has visited it
 	pred    Tail    // the writer ahead while queued; zero once granted
 	subs    []query // same-tag questions to answer once vouched
 	parked  []query // questions that arrived before pred was known
@@ -58,7 +58,7 @@ type query struct {
 	tag    uint64
 	origin Tail
 	wantNo bool
-	hops   uint8 // writers it has passed
+	hops   uint8 // messages it has travelled
 }
 
 func (q query) message(entry uint64) message {
@@ -69,34 +69,38 @@ func (q query) message(entry uint64) message {
 	return m
 }
 
-// maxQueryHops bounds how far an owner question walks up a queue. A
-// RedLock client sends its requests to every proxy at once, so they land
-// within a few places of each other, whatever the queue's length; walking
-// further would cost every queued writer of a long queue a message per
-// writer ahead of it. Past the bound the asker waits its turn (or, a try,
-// is told no).
-const maxQueryHops = 16
+// maxQueryHops bounds the messages an owner question travels up a queue,
+// and maxLocalSteps the writers it passes on one node between two of them.
+// A RedLock client sends its requests to every proxy at once, so they land
+// close together, and a node's listed writers answer for the node wherever
+// they stand (ownerTable); walking further would cost every queued writer
+// of a long queue a message per writer ahead of it. Past the bound the
+// asker waits its turn (or, a try, is told no).
+const (
+	maxQueryHops  = 16
+	maxLocalSteps = 256
+)
 
 // ownerTable finds a slot's recognition state by its Target, from the
-// fabric's delivery goroutine, and a node's vouched writers of contended
-// entries by entry and tag.
+// fabric's delivery goroutine, and a node's questioned writers by entry and
+// tag.
 //
-// The second index is why a question cannot miss its owner's holder behind
-// a crowd. A question walks at most maxQueryHops writers, but a RedLock
-// burst can queue more than that between a client's granted request and
-// its next one; the holder then waits for a quorum that its own queued
-// requests can only give after it let go, and every client of the key
-// stalls for its whole budget. A walk crosses every proxy whose writers
-// stand ahead of it, so it passes the holder's node long before it would
-// reach the holder's slot; there the node answers for all its writers.
-// Only writers that a question has visited are listed: an uncontended
-// acquire pays nothing for it.
+// The second index is why a question cannot miss its owner behind a crowd.
+// A question passes at most maxQueryHops nodes, but a RedLock burst can
+// queue many writers between a client's granted request and its next one;
+// the holder then waits for a quorum that its own queued requests can only
+// give after it let go, and every client of the key stalls for its whole
+// budget. A walk crosses every proxy whose writers stand ahead of it, so it
+// reaches the node of its owner's other request long before that request's
+// slot; there the node answers for all its listed writers. Only writers
+// that a question has visited are listed (their entry is contended): an
+// uncontended acquire pays nothing for it.
 type ownerTable struct {
 	shards [64]struct {
 		mu sync.Mutex
 		m  map[rdma.Target]*owner
 	}
-	vouched [16]struct {
+	listed [16]struct {
 		mu sync.Mutex
 		m  map[ownerKey]*owner
 	}
@@ -104,10 +108,10 @@ type ownerTable struct {
 
 type ownerKey struct{ entry, tag uint64 }
 
-// list records o, vouched for and asked about, as its node's writer for its
-// entry and tag; the caller holds o.mu.
+// list records o as its node's writer for its entry and tag; the caller
+// holds o.mu, which also guards o's place in the index.
 func (t *ownerTable) list(o *owner) {
-	s := &t.vouched[o.entry%uint64(len(t.vouched))]
+	s := &t.listed[o.entry%uint64(len(t.listed))]
 	s.mu.Lock()
 	if s.m == nil {
 		s.m = map[ownerKey]*owner{}
@@ -123,7 +127,7 @@ func (t *ownerTable) unlist(o *owner) {
 		return
 	}
 	o.listed = false
-	s := &t.vouched[o.entry%uint64(len(t.vouched))]
+	s := &t.listed[o.entry%uint64(len(t.listed))]
 	k := ownerKey{o.entry, o.tag}
 	s.mu.Lock()
 	if s.m[k] == o {
@@ -132,22 +136,13 @@ func (t *ownerTable) unlist(o *owner) {
 	s.mu.Unlock()
 }
 
-// vouchedFor returns the token of this node's listed writer of entry with
-// tag, if it still answers for its owner.
-func (t *ownerTable) vouchedFor(entry, tag uint64) (uint64, bool) {
-	s := &t.vouched[entry%uint64(len(t.vouched))]
+// lookup returns this node's listed writer of entry with tag, if any.
+func (t *ownerTable) lookup(entry, tag uint64) *owner {
+	s := &t.listed[entry%uint64(len(t.listed))]
 	s.mu.Lock()
 	o := s.m[ownerKey{entry, tag}]
 	s.mu.Unlock()
-	if o == nil {
-		return 0, false
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed || o.gone || !o.vouched || o.entry != entry || o.tag != tag {
-		return 0, false
-	}
-	return o.token, true
+	return o
 }
 
 func (t *ownerTable) shard(tg rdma.Target) *struct {
@@ -225,12 +220,29 @@ func (c *Client) deliver(rm rdma.Message) error {
 // reaches the head of the queue, or a slot already gone, without a match
 // is answered no if it asked for that: a queued writer does not (it simply
 // waits its turn), a try does.
+//
+// On arrival at a node, the question first asks the node's listed writer
+// with its tag, if any (ownerTable). A vouched one answers at once. One not
+// yet vouched may stand behind the asker, whose own question may in turn
+// wait on the asker: so the question waits there and also walks on, and
+// whichever answers first counts (a queued writer drops later answers).
 func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
-	if token, ok := c.owners.vouchedFor(entry, q.tag); ok {
-		c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: entry, Value: token}, nil)
-		return
+	if o := c.owners.lookup(entry, q.tag); o != nil && !(q.origin.Node == c.ep.Node() && q.origin.Target == o.self) {
+		o.mu.Lock()
+		if !o.closed && !o.gone && o.entry == entry && o.tag == q.tag {
+			if o.vouched {
+				token := o.token
+				o.mu.Unlock()
+				c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: entry, Value: token}, nil)
+				return
+			}
+			if !q.wantNo {
+				o.subs = append(o.subs, q)
+			}
+		}
+		o.mu.Unlock()
 	}
-	for ; q.hops < maxQueryHops; q.hops++ {
+	for step := 0; step < maxLocalSteps; step++ {
 		o := c.owners.get(at)
 		if o == nil {
 			c.answerNo(entry, q)
@@ -249,8 +261,7 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 			o.mu.Unlock()
 			return
 		}
-		o.asked = true
-		if o.vouched && !o.gone && !o.listed {
+		if !o.listed && !o.gone && o.tag != 0 {
 			c.owners.list(o)
 		}
 		if o.tag == q.tag && !o.gone {
@@ -271,7 +282,9 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 			return
 		}
 		if pred.Node != c.ep.Node() {
-			q.hops++
+			if q.hops++; q.hops > maxQueryHops {
+				break
+			}
 			c.send(context.Background(), pred, q.message(entry), func(error) { c.answerNo(entry, q) })
 			return
 		}
@@ -291,7 +304,7 @@ func (c *Client) track(g *Guard, tag uint64) {
 	if !c.cfg.OwnerTags {
 		return
 	}
-	g.ownBuf.entry, g.ownBuf.tag = g.entry, tag
+	g.ownBuf.entry, g.ownBuf.tag, g.ownBuf.self = g.entry, tag, g.self.Target
 	g.own = &g.ownBuf
 	c.owners.add(g.self.Target, g.own)
 }
@@ -355,9 +368,6 @@ func (g *Guard) Vouch() {
 		return
 	}
 	o.vouched, o.token = true, token
-	if o.asked {
-		g.c.owners.list(o)
-	}
 	subs := o.subs
 	o.subs = nil
 	o.mu.Unlock()

@@ -298,48 +298,65 @@ func TestOwnersNeverShareTheLock(t *testing.T) {
 
 // TestSameOwnerFoundBeyondTheWalk: a RedLock burst can put many other
 // owners between an owner's granted request and its next one, more than an
-// owner question walks up the queue. The holder then waits for a quorum
+// owner question travels up the queue. The holder then waits for a quorum
 // that its own queued requests can only give it after the holder let go:
 // every client of the key stalls until its budget runs out. The question
 // must find the holder anyway, through the holder's node, which it passes
-// on its way up.
+// on its way up; also when the holder is vouched for only after the
+// question passed.
 func TestSameOwnerFoundBeyondTheWalk(t *testing.T) {
-	cl := newCluster(t, 3, 8, shiftlock.Config{OwnerTags: true})
-	ctx := ctxT(t)
-	const entry = 6
-	ga, err := cl.clients[0].AcquireExclusiveTagged(ctx, entry, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ga.Vouch()
-	// Others queue behind it, one after the other, on all three nodes.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var waiters []<-chan *shiftlock.Guard
-	for k := 0; k < 2*shiftlock.MaxQueryHops; k++ {
-		before, _ := cl.clients[0].Read(ctx, entry)
-		waiters = append(waiters, acquireAsync(wctx, cl.clients[k%3], entry, uint64(100+k)))
-		for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-			if e, _ := cl.clients[0].Read(ctx, entry); e.Tail() != before.Tail() {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatal("a waiter never enqueued")
+	for _, late := range []bool{false, true} {
+		cl := newCluster(t, 3, 8, shiftlock.Config{OwnerTags: true})
+		ctx := ctxT(t)
+		const entry = 6
+		ga, err := cl.clients[0].AcquireExclusiveTagged(ctx, entry, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !late {
+			ga.Vouch()
+		}
+		// Others queue behind it, one after the other, on all three nodes,
+		// so that the walk from the end crosses nodes at every step.
+		wctx, cancel := context.WithCancel(ctx)
+		var waiters []<-chan *shiftlock.Guard
+		for k := 0; k < 2*shiftlock.MaxQueryHops; k++ {
+			before, _ := cl.clients[0].Read(ctx, entry)
+			waiters = append(waiters, acquireAsync(wctx, cl.clients[k%3], entry, uint64(100+k)))
+			for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+				if e, _ := cl.clients[0].Read(ctx, entry); e.Tail() != before.Tail() {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatal("a waiter never enqueued")
+				}
 			}
 		}
-	}
-	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
-	defer bcancel()
-	gb, err := cl.clients[1].AcquireExclusiveTagged(bctx, entry, 1)
-	if err != nil || !gb.Pending() || gb.Token() != ga.Token() {
-		t.Fatalf("same owner %d places behind its holder: err=%v", 2*shiftlock.MaxQueryHops, err)
-	}
-	gb.Release(ctx)
-	ga.Release(ctx)
-	cancel()
-	for _, w := range waiters {
-		if g := <-w; g != nil {
-			g.Release(ctx)
+		bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
+		got := make(chan *shiftlock.Guard, 1)
+		go func() {
+			g, err := cl.clients[1].AcquireExclusiveTagged(bctx, entry, 1)
+			if err != nil {
+				g = nil
+			}
+			got <- g
+		}()
+		if late {
+			time.Sleep(50 * time.Millisecond) // the question has passed by now
+			ga.Vouch()
+		}
+		gb := <-got
+		bcancel()
+		if gb == nil || !gb.Pending() || gb.Token() != ga.Token() {
+			t.Fatalf("vouched late %v: the same owner %d places behind its holder was not recognised", late, 2*shiftlock.MaxQueryHops)
+		}
+		gb.Release(ctx)
+		ga.Release(ctx)
+		cancel()
+		for _, w := range waiters {
+			if g := <-w; g != nil {
+				g.Release(ctx)
+			}
 		}
 	}
 }
