@@ -58,7 +58,10 @@ type query struct {
 	tag    uint64
 	origin Tail
 	wantNo bool
-	hops   uint8 // messages it has travelled
+	hops   uint8 // writers it has passed
+	// listed: it waits on a node's listed writer while its walk goes on
+	// (ownerQuery), so nobody needs to carry it further.
+	listed bool
 }
 
 func (q query) message(entry uint64) message {
@@ -69,17 +72,13 @@ func (q query) message(entry uint64) message {
 	return m
 }
 
-// maxQueryHops bounds the messages an owner question travels up a queue,
-// and maxLocalSteps the writers it passes on one node between two of them.
-// A RedLock client sends its requests to every proxy at once, so they land
+// maxQueryHops bounds how far an owner question walks up a queue. A
+// RedLock client sends its requests to every proxy at once, so they land
 // close together, and a node's listed writers answer for the node wherever
 // they stand (ownerTable); walking further would cost every queued writer
 // of a long queue a message per writer ahead of it. Past the bound the
 // asker waits its turn (or, a try, is told no).
-const (
-	maxQueryHops  = 16
-	maxLocalSteps = 256
-)
+const maxQueryHops = 16
 
 // ownerTable finds a slot's recognition state by its Target, from the
 // fabric's delivery goroutine, and a node's questioned writers by entry and
@@ -237,12 +236,14 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 				return
 			}
 			if !q.wantNo {
-				o.subs = append(o.subs, q)
+				lq := q
+				lq.listed = true
+				o.subs = append(o.subs, lq)
 			}
 		}
 		o.mu.Unlock()
 	}
-	for step := 0; step < maxLocalSteps; step++ {
+	for ; q.hops < maxQueryHops; q.hops++ {
 		o := c.owners.get(at)
 		if o == nil {
 			c.answerNo(entry, q)
@@ -282,9 +283,7 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 			return
 		}
 		if pred.Node != c.ep.Node() {
-			if q.hops++; q.hops > maxQueryHops {
-				break
-			}
+			q.hops++
 			c.send(context.Background(), pred, q.message(entry), func(error) { c.answerNo(entry, q) })
 			return
 		}
@@ -346,7 +345,9 @@ func (g *Guard) letGo() {
 	o.subs = nil
 	o.mu.Unlock()
 	for _, q := range subs {
-		g.c.ownerQuery(g.self.Target, g.entry, q)
+		if !q.listed {
+			g.c.ownerQuery(g.self.Target, g.entry, q)
+		}
 	}
 }
 
