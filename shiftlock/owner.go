@@ -85,8 +85,8 @@ const maxQueryHops = 16
 // tag.
 //
 // The second index is why a question cannot miss its owner behind a crowd.
-// A question passes at most maxQueryHops nodes, but a RedLock burst can
-// queue many writers between a client's granted request and its next one;
+// A question walks at most maxQueryHops writers, but a RedLock burst can
+// queue more between a client's granted request and its next one;
 // the holder then waits for a quorum that its own queued requests can only
 // give after it let go, and every client of the key stalls for its whole
 // budget. A walk crosses every proxy whose writers stand ahead of it, so it
