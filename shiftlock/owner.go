@@ -41,15 +41,15 @@ type owner struct {
 	entry   uint64
 	tag     uint64 // 0: an untagged writer; it only relays queries
 	vouched bool
-	token   uint64 // what a same-owner answer carries, set when vouched
-	gone    bool   // its owner let go, or was never told: it only relays
-	closed  bool   // the slot is closed: nothing reaches it any more
-	known   bool   // pred is set: the slot's own enqueue has landed
-	self    rdma.Target
-	listed  bool    // in ownerTable.listed: a question has visited it
-	pred    Tail    // the writer ahead while queued; zero once granted
-	subs    []query // same-tag questions to answer once vouched
-	parked  []query // questions that arrived before pred was known
+	token   uint64      // what a same-owner answer carries, set when vouched
+	gone    bool        // its owner let go, or was never told: it only relays
+	closed  bool        // the slot is closed: nothing reaches it any more
+	known   bool        // pred is set: the slot's own enqueue has landed
+	self    rdma.Target // its slot: a question must not wait on its own asker
+	listed  bool        // in ownerTable.listed: a question has visited it
+	pred    Tail        // the writer ahead while queued; zero once granted
+	subs    []query     // same-tag questions to answer once vouched
+	parked  []query     // questions that arrived before pred was known
 }
 
 // query is an owner question: does a writer carry tag? Tell origin, and
@@ -59,9 +59,9 @@ type query struct {
 	origin Tail
 	wantNo bool
 	hops   uint8 // writers it has passed
-	// listed: it waits on a node's listed writer while its walk goes on
-	// (ownerQuery), so nobody needs to carry it further.
-	listed bool
+	// viaList: a copy waiting on a node's listed writer while the
+	// question walks on (ownerQuery), so nobody needs to carry it further.
+	viaList bool
 }
 
 func (q query) message(entry uint64) message {
@@ -228,16 +228,16 @@ func (c *Client) deliver(rm rdma.Message) error {
 func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 	if o := c.owners.lookup(entry, q.tag); o != nil && !(q.origin.Node == c.ep.Node() && q.origin.Target == o.self) {
 		o.mu.Lock()
-		if !o.closed && !o.gone && o.entry == entry && o.tag == q.tag {
+		if !o.closed && !o.gone {
 			if o.vouched {
 				token := o.token
 				o.mu.Unlock()
-				c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: entry, Value: token}, nil)
+				c.answerSame(entry, q, token)
 				return
 			}
 			if !q.wantNo {
 				lq := q
-				lq.listed = true
+				lq.viaList = true
 				o.subs = append(o.subs, lq)
 			}
 		}
@@ -272,7 +272,7 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 			}
 			o.mu.Unlock()
 			if vouched {
-				c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: entry, Value: token}, nil)
+				c.answerSame(entry, q, token)
 			}
 			return
 		}
@@ -290,6 +290,11 @@ func (c *Client) ownerQuery(at rdma.Target, entry uint64, q query) {
 		at = pred.Target // ahead of us on this node: walk on in-process
 	}
 	c.answerNo(entry, q)
+}
+
+// answerSame tells q's asker that its owner holds entry, with token.
+func (c *Client) answerSame(entry uint64, q query, token uint64) {
+	c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: entry, Value: token}, nil)
 }
 
 func (c *Client) answerNo(entry uint64, q query) {
@@ -345,7 +350,7 @@ func (g *Guard) letGo() {
 	o.subs = nil
 	o.mu.Unlock()
 	for _, q := range subs {
-		if !q.listed {
+		if !q.viaList {
 			g.c.ownerQuery(g.self.Target, g.entry, q)
 		}
 	}
@@ -373,7 +378,7 @@ func (g *Guard) Vouch() {
 	o.subs = nil
 	o.mu.Unlock()
 	for _, q := range subs {
-		g.c.send(context.Background(), q.origin, message{Kind: msgSameOwner, Entry: g.entry, Value: token}, nil)
+		g.c.answerSame(g.entry, q, token)
 	}
 }
 
