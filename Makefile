@@ -110,6 +110,15 @@ bench-micro: lockbench memnode
 # static segmentation over DSLR, range sizes 1/16/256 and mixed, on the
 # model fabric with and without a memory-node verb budget, 3 rounds,
 # about 5 minutes. Results go to docs/benchmarks.md ("## Range locks").
+# The model's sensitivity to the two parameters the ShiftLock paper does
+# not state, a Send's latency and a client's own time per operation:
+# issue 15's Zipf targets at each point (ShiftLock's three variants against
+# the baselines), 3 rounds, about 20 minutes. Results go to
+# docs/benchmarks.md (section model-sens, after the microbenchmarks).
+.PHONY: bench-model-sens
+bench-model-sens:
+	./scripts/bench-model-sens.sh
+
 .PHONY: bench-range bench-fisslock
 bench-range:
 	./scripts/bench-range.sh

@@ -1,9 +1,9 @@
 # Sourced by the model-fabric benchmark scripts (bench-range.sh,
-# bench-fisslock.sh). model runs one lockbench measurement on the model
-# fabric (cmd/lockbench TestModel, built into bin/lockbench-model): the
-# paper's timing (2 µs verbs, 3 µs Sends), the script's MODEL_FLAGS and the
-# arguments; the row goes to $CSV under $LABEL, and a line of progress to
-# stdout. The sourcing script sets CSV, LABEL, OUT, DURATION, WARMUP and
+# bench-fisslock.sh, bench-model-sens.sh). model runs one lockbench
+# measurement on the model fabric (cmd/lockbench TestModel, built into
+# bin/lockbench-model): the paper's timing (2 µs verbs, 3 µs Sends), the
+# script's MODEL_FLAGS and the arguments, each overriding what comes before
+# it; the row goes to $CSV under $LABEL, and a line of progress to stdout. The sourcing script sets CSV, LABEL, OUT, DURATION, WARMUP and
 # MODEL_FLAGS; n and failed count runs and failures. table renders the
 # grid into its section of docs/benchmarks.md at the end.
 
@@ -16,7 +16,7 @@ failed=0
 model() {
 	local out row
 	n=$((n + 1))
-	out=$(LOCKBENCH_MODEL="$* $MODEL_FLAGS -model-verb 2us -model-send 3us \
+	out=$(LOCKBENCH_MODEL="-model-verb 2us -model-send 3us $MODEL_FLAGS $* \
 		-label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
 		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
 	row=$(grep -m1 ' model ' <<<"$out")

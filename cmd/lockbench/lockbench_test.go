@@ -177,6 +177,41 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// TestSensitivity checks that the sweep's verdicts are taken per point:
+// the same locks meet the targets at one Send latency and miss them at
+// another, and each point names its best baseline.
+func TestSensitivity(t *testing.T) {
+	var rs []result
+	for round := 1; round <= 3; round++ {
+		for _, send := range []string{"2µs", "3µs"} {
+			slow := 1.0
+			if send == "3µs" {
+				slow = 2
+			}
+			add := func(lock, wl string, goodput, wp99, atomics float64) {
+				rs = append(rs, result{Run: round, Lock: lock, Fabric: "model", Workload: wl, Keys: "zipf:0.99",
+					Goodput: goodput, WP99: wp99, Atomics: atomics, Params: "rtt=2µs send=" + send + " think=5µs"})
+			}
+			add("shiftlock-nobump", "WI", 16/slow, 40*slow, 2)
+			add("cas-b", "WI", 7, 90, 3.3)
+			add("mcs", "WI", 9/slow, 50*slow, 1.9)
+			add("shiftlock-nobump", "RI", 15, 10, 2)
+			add("mcs", "RI", 9/slow, 50, 1.9)
+		}
+	}
+	var b strings.Builder
+	renderSensitivity(&b, rs)
+	out := b.String()
+	for _, want := range []string{
+		"| 2µs | 5µs | shiftlock-nobump | 1.78 (mcs) | 0.80 (mcs) | 1.67 | - | 3.30 | all met |",
+		"| 3µs | 5µs | shiftlock-nobump | 1.14 (cas-b) | 0.89 (cas-b) | 3.33 | - | 3.30 | **missed**: goodput |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
 // TestLimiterBudget: the burst is spent at once, and past it a verb waits
 // for budget that (at one verb an hour) does not come.
 func TestLimiterBudget(t *testing.T) {

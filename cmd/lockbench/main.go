@@ -35,6 +35,8 @@ func mainArgs(args []string, stdout, stderr io.Writer) int {
 		err = rttCmd(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "summary":
 		err = summaryCmd(args[1:], stderr)
+	case len(args) > 0 && args[0] == "sensitivity":
+		err = sensitivityCmd(args[1:], stderr)
 	case len(args) > 0 && args[0] == "table":
 		err = tableCmd(args[1:], stderr)
 	default:

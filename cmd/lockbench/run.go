@@ -321,7 +321,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 		Nodes: o.nodes, Clients: o.clients, Entries: o.entries, Keys: o.keys, Workload: o.workloadName(),
 		Readers: o.readers, HoldUS: float64(o.hold) / 1e3, FailRate: o.failRate, Recovery: b2i(o.recovery), DurationS: elapsed.Seconds(),
 		RTTus: float64(rtt) / 1e3, IOPSCap: o.iopsCap, MemnodeCPU: -1,
-		Params: p.String() + thinkParam(o.think), Stats: lockStats(lockers) + rangeStats(lockers),
+		Params: p.String() + modelParam(o) + thinkParam(o.think), Stats: lockStats(lockers) + rangeStats(lockers),
 	}
 	rh, wh := newHist(), newHist()
 	var firstErr error
@@ -447,6 +447,20 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// modelParam records the model fabric's Send latency and per-address atomic
+// time in the params column, so that runs of a sensitivity sweep can be
+// told apart (the verb round trip is there already as rtt).
+func modelParam(o options) string {
+	if o.fabric != "model" {
+		return ""
+	}
+	s := " send=" + o.modelSend.String()
+	if o.modelAtomic > 0 {
+		s += " atomic=" + o.modelAtomic.String()
+	}
+	return s
 }
 
 // thinkParam records a client's time between operations in the params

@@ -408,49 +408,8 @@ func renderTargets(b *strings.Builder, rs []result, cells map[cellID]*cell, s st
 			zipf = k
 		}
 	}
-	byRound := map[int]map[string]*result{} // round -> lock|workload|keys -> row
-	for i := range rs {
-		r := &rs[i]
-		if setupName(r) != s || r.Recovery == 1 {
-			continue
-		}
-		if byRound[r.Run] == nil {
-			byRound[r.Run] = map[string]*result{}
-		}
-		byRound[r.Run][r.Lock+"|"+r.Workload+"|"+r.Keys] = r
-	}
-	// ratio computes f(shiftlock row, best baseline row) in each round and
-	// returns the median and the per-round values.
-	ratio := func(sl, wl, keys string, best func(a, b *result) bool, f func(sl, bl *result) float64) (float64, []float64, string) {
-		var vs []float64
-		names := map[string]int{}
-		rounds := make([]int, 0, len(byRound))
-		for n := range byRound {
-			rounds = append(rounds, n)
-		}
-		sort.Ints(rounds) // per-round lists in round order
-		for _, n := range rounds {
-			rr := byRound[n]
-			s := rr[sl+"|"+wl+"|"+keys]
-			var bl *result
-			for _, k := range baselineKinds {
-				if r := rr[k+"|"+wl+"|"+keys]; r != nil && (bl == nil || best(r, bl)) {
-					bl = r
-				}
-			}
-			if s == nil || bl == nil {
-				continue
-			}
-			vs = append(vs, f(s, bl))
-			names[bl.Lock]++
-		}
-		var who []string
-		for n, c := range names {
-			who = append(who, fmt.Sprintf("%s x%d", n, c))
-		}
-		sort.Strings(who)
-		return stats.Median(vs), vs, strings.Join(who, ", ")
-	}
+	rounds := indexRounds(rs, func(r *result) bool { return setupName(r) == s && r.Recovery != 1 })
+	ratio := rounds.ratio
 	higher := func(a, b *result) bool { return a.Goodput > b.Goodput }
 	verdict := func(ok bool) string {
 		if ok {
@@ -493,6 +452,59 @@ func renderTargets(b *strings.Builder, rs []result, cells map[cellID]*cell, s st
 			fmt.Fprintf(b, "| goodput within 10%% of best baseline, uniform %s | %s | %.2f | %s | %s | %s |\n", wl, sl, m, list(vs), who, verdict(m >= 0.9))
 		}
 	}
+}
+
+// roundRows holds a grid's rows by round, then by lock|workload|keys.
+type roundRows map[int]map[string]*result
+
+// indexRounds indexes the rows keep accepts.
+func indexRounds(rs []result, keep func(*result) bool) roundRows {
+	rr := roundRows{}
+	for i := range rs {
+		r := &rs[i]
+		if !keep(r) {
+			continue
+		}
+		if rr[r.Run] == nil {
+			rr[r.Run] = map[string]*result{}
+		}
+		rr[r.Run][r.Lock+"|"+r.Workload+"|"+r.Keys] = r
+	}
+	return rr
+}
+
+// ratio computes f(ShiftLock variant sl's row, the baseline row that best
+// prefers) in each round, and returns the median, the per-round values in
+// round order, and which baselines were picked how often.
+func (rr roundRows) ratio(sl, wl, keys string, best func(a, b *result) bool, f func(sl, bl *result) float64) (float64, []float64, string) {
+	var vs []float64
+	names := map[string]int{}
+	rounds := make([]int, 0, len(rr))
+	for n := range rr {
+		rounds = append(rounds, n)
+	}
+	sort.Ints(rounds)
+	for _, n := range rounds {
+		row := rr[n]
+		s := row[sl+"|"+wl+"|"+keys]
+		var bl *result
+		for _, k := range baselineKinds {
+			if r := row[k+"|"+wl+"|"+keys]; r != nil && (bl == nil || best(r, bl)) {
+				bl = r
+			}
+		}
+		if s == nil || bl == nil {
+			continue
+		}
+		vs = append(vs, f(s, bl))
+		names[bl.Lock]++
+	}
+	var who []string
+	for n, c := range names {
+		who = append(who, fmt.Sprintf("%s x%d", n, c))
+	}
+	sort.Strings(who)
+	return stats.Median(vs), vs, strings.Join(who, ", ")
 }
 
 // renderCapSweep compares the locks on Zipf WI over a real memnode at every

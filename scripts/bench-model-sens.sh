@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The model fabric's sensitivity to the two parameters the ShiftLock paper
+# does not state (issue 15): the one-way latency of a Send, and a client's
+# own time per operation (lockbench -think). bench-micro's model takes 3 µs
+# and none; the paper says Sends "perform similarly to WRITE" (§3.1), whose
+# round trip is the model's 2 µs. For each point, issue 15's Zipf targets
+# with the paper's N = 16: every lock on Zipf-0.99 WI, and ShiftLock (three
+# variants) against MCS on RI and RO; bench-micro's model otherwise (240
+# clients, each its own node, 10M locks, 2 µs verbs, 32M verbs/s, polls
+# once per round trip). 3 rounds, about 20 minutes.
+#
+# Writes out/bench-model-sens/sens.csv (appended) and the "model-sens"
+# section of docs/benchmarks.md (intro: docs/bench/model-sens.md). Knobs:
+# RUNS, DURATION, WARMUP, SENDS, THINKS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10ms}
+WARMUP=${WARMUP:-2ms}
+SENDS=${SENDS:-3us 2.5us 2us}
+THINKS=${THINKS:-0s 5us 10us 20us}
+OUT=${OUT:-out/bench-model-sens}
+CSV=$OUT/sens.csv
+LABEL=sens-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+MODEL_FLAGS="-nodes 240 -iops-cap 32000000 -reader-poll rtt -keys zipf:0.99"
+. scripts/model-run.sh
+
+VARIANTS=(shiftlock shiftlock-pipelined shiftlock-nobump)
+for r in $(seq 1 "$RUNS"); do
+	for s in $SENDS; do
+		for t in $THINKS; do
+			for l in "${VARIANTS[@]}" cas-nb cas-b dslr mcs; do
+				model -run "$r" -lock "$l" -workload WI -model-send "$s" -think "$t"
+			done
+			for wl in RI RO; do
+				for l in "${VARIANTS[@]}" mcs; do
+					model -run "$r" -lock "$l" -workload "$wl" -model-send "$s" -think "$t"
+				done
+			done
+		done
+	done
+done
+
+elapsed=$(($(date +%s) - start))
+echo "bench-model-sens: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
+machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
+bin/lockbench sensitivity -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -intro docs/bench/model-sens.md \
+	-command "make bench-model-sens" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
+echo "bench-model-sens: wrote docs/benchmarks.md (section model-sens)"
