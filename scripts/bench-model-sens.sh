@@ -7,7 +7,7 @@
 # with the paper's N = 16: every lock on Zipf-0.99 WI, and ShiftLock (three
 # variants) against MCS on RI and RO; bench-micro's model otherwise (240
 # clients, each its own node, 10M locks, 2 µs verbs, 32M verbs/s, polls
-# once per round trip). 3 rounds, about 20 minutes.
+# once per round trip). 3 rounds, about 25 minutes.
 #
 # Writes out/bench-model-sens/sens.csv (appended) and the "model-sens"
 # section of docs/benchmarks.md (intro: docs/bench/model-sens.md). Knobs:
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10ms}
 WARMUP=${WARMUP:-2ms}
-SENDS=${SENDS:-3us 2.5us 2us}
+SENDS=${SENDS:-3us 2.5us 2us 1.5us}
 THINKS=${THINKS:-0s 5us 10us 20us}
 OUT=${OUT:-out/bench-model-sens}
 CSV=$OUT/sens.csv
