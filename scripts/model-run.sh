@@ -16,8 +16,8 @@ failed=0
 model() {
 	local out row
 	n=$((n + 1))
-	out=$(LOCKBENCH_MODEL="-model-verb 2us -model-send 3us $MODEL_FLAGS $* \
-		-label $LABEL -csv $CSV -duration $DURATION -warmup $WARMUP -progress=false" \
+	out=$(LOCKBENCH_MODEL="-model-verb 2us -model-send 3us -duration $DURATION -warmup $WARMUP $MODEL_FLAGS $* \
+		-label $LABEL -csv $CSV -progress=false" \
 		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
 	row=$(grep -m1 ' model ' <<<"$out")
 	if [ -n "$row" ]; then

@@ -29,6 +29,7 @@ func sensitivityCmd(args []string, stderr io.Writer) error {
 	doc := fs.String("doc", "docs/benchmarks.md", "markdown file")
 	section := fs.String("section", "model-sens", "name of the generated section to replace")
 	intro := fs.String("intro", "", "file whose text goes before the table")
+	notes := fs.String("notes", "", "file whose text goes after the table (its reading, written by hand)")
 	command := fs.String("command", "", "command that produced the results")
 	machine := fs.String("machine", "", "machine description")
 	date := fs.String("date", "", "date of the runs")
@@ -54,6 +55,14 @@ func sensitivityCmd(args []string, stderr io.Writer) error {
 	}
 	fmt.Fprintf(&b, "Command: `%s`. Machine: %s. Date: %s. Label %s. Every figure is the median of %d rounds' same-round ratios.\n\n", *command, *machine, *date, lbl, maxRuns(rs))
 	renderSensitivity(&b, rs)
+	if *notes != "" {
+		text, err := os.ReadFile(*notes)
+		if err != nil {
+			return err
+		}
+		b.WriteString("\n")
+		b.Write(text)
+	}
 	return docsection.Replace(*doc, "Benchmarks", *section, b.String())
 }
 
