@@ -6,12 +6,12 @@
 # round trip is the model's 2 µs. For each point, issue 15's Zipf targets
 # with the paper's N = 16: every lock on Zipf-0.99 WI, and ShiftLock (three
 # variants) against MCS on RI and RO; bench-micro's model otherwise (240
-# clients, each its own node, 10M locks, 2 µs verbs, 32M verbs/s, polls
-# once per round trip). 3 rounds, about 30 minutes.
+# clients, each its own node, 10M locks, 2 µs verbs, 270 ns per atomic on
+# one address, 32M verbs/s, polls once per round trip). 3 rounds, about 20 minutes.
 #
 # Writes out/bench-model-sens/sens.csv (appended) and the "model-sens"
 # section of docs/benchmarks.md (intro: docs/bench/model-sens.md). Knobs:
-# RUNS, DURATION, WARMUP, CASB_WARMUP, SENDS, THINKS.
+# RUNS, DURATION, WARMUP, CASB_WARMUP, SENDS, THINKS, ATOMIC.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,16 +19,18 @@ RUNS=${RUNS:-3}
 DURATION=${DURATION:-10ms}
 WARMUP=${WARMUP:-2ms}
 # CAS-B's SMART backoff adapts its limit once per millisecond per client;
-# on Zipf keys it takes about 100 ms of the fake clock to settle (before
+# on Zipf keys it takes 100-150 ms of the fake clock to settle (before
 # that its retries, p99 and goodput drift), so its runs warm up longer.
-CASB_WARMUP=${CASB_WARMUP:-100ms}
-SENDS=${SENDS:-3us 2.5us 2us 1.5us}
-THINKS=${THINKS:-0s 5us 10us 20us}
+CASB_WARMUP=${CASB_WARMUP:-150ms}
+SENDS=${SENDS:-3us 2.5us 2us}
+THINKS=${THINKS:-0s 5us 10us}
+# The per-address atomic time, as bench-micro's model (see there).
+ATOMIC=${ATOMIC:-270ns}
 OUT=${OUT:-out/bench-model-sens}
 CSV=$OUT/sens.csv
 LABEL=sens-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
-MODEL_FLAGS="-nodes 240 -iops-cap 32000000 -reader-poll rtt -keys zipf:0.99"
+MODEL_FLAGS="-nodes 240 -iops-cap 32000000 -reader-poll rtt -keys zipf:0.99 -model-atomic $ATOMIC"
 . scripts/model-run.sh
 
 VARIANTS=(shiftlock shiftlock-pipelined shiftlock-nobump)
