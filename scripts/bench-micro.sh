@@ -78,8 +78,9 @@ echo "bench-micro: label $LABEL, $RUNS rounds, $WARMUP + $DURATION per run, memn
 
 # One calibration per fabric: the baselines' published waits are scaled by
 # the fabric's round trip (lockbench rtt), the same for every run.
-MEMFAB_P=$($LB rtt -fabric memfab -entries 1000)
-TCP_P=$("${CLIENT[@]}" $LB rtt -fabric tcp -entries 1000 "${PIN[@]}")
+# DSLR's ω is the artifact's (-artifact-omega), as the paper's runs had it.
+MEMFAB_P=$($LB rtt -fabric memfab -entries 1000 -artifact-omega)
+TCP_P=$("${CLIENT[@]}" $LB rtt -fabric tcp -entries 1000 "${PIN[@]}" -artifact-omega)
 echo "bench-micro: memfab $MEMFAB_P; tcpfab $TCP_P"
 
 n=0
@@ -93,7 +94,7 @@ model() {
 	local out row warm=$MODEL_WARMUP
 	n=$((n + 1))
 	[[ " $* " == *" -lock cas-b "* && " $* " == *" -keys zipf"* ]] && warm=$MODEL_WARMUP_CASB
-	out=$(LOCKBENCH_MODEL="$* -nodes 240 -model-verb $MODEL_VERB -model-send $MODEL_SEND -model-atomic $MODEL_ATOMIC -iops-cap $MODEL_IOPS -reader-poll rtt \
+	out=$(LOCKBENCH_MODEL="$* -nodes 240 -model-verb $MODEL_VERB -model-send $MODEL_SEND -model-atomic $MODEL_ATOMIC -iops-cap $MODEL_IOPS -reader-poll rtt -artifact-omega \
 		-label $LABEL -csv $CSV -duration $MODEL_DURATION -warmup $warm -progress=false" \
 		bin/lockbench-model -test.run '^TestModel$' 2>"$OUT/last.err")
 	row=$(grep -m1 ' model ' <<<"$out")

@@ -30,7 +30,7 @@ OUT=${OUT:-out/bench-model-sens}
 CSV=$OUT/sens.csv
 LABEL=sens-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
-MODEL_FLAGS="-nodes 240 -iops-cap 32000000 -reader-poll rtt -keys zipf:0.99 -model-atomic $ATOMIC"
+MODEL_FLAGS="-nodes 240 -iops-cap 32000000 -reader-poll rtt -keys zipf:0.99 -model-atomic $ATOMIC -artifact-omega"
 . scripts/model-run.sh
 
 VARIANTS=(shiftlock shiftlock-pipelined shiftlock-nobump)

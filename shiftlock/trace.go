@@ -24,11 +24,17 @@ const (
 	// PhaseReleaseNS is posting the Handover or ModeChanged notification
 	// to the successor.
 	PhaseReleaseNS
+	// PhaseWriterRT and PhaseReaderRT are a lock's retries, or its polls
+	// for its turn, after the initial atomic, backoff included (Table 2's
+	// RT). The retrying and ticket baselines report them; ShiftLock's own
+	// waits are WP, WR and WW.
+	PhaseWriterRT
+	PhaseReaderRT
 	// NumPhases counts the phases.
 	NumPhases
 )
 
-var phaseNames = [NumPhases]string{"W-IA", "W-NP", "W-WP", "W-WR", "R-IA", "R-WW", "Rel-IA", "Rel-NS"}
+var phaseNames = [NumPhases]string{"W-IA", "W-NP", "W-WP", "W-WR", "R-IA", "R-WW", "Rel-IA", "Rel-NS", "W-RT", "R-RT"}
 
 func (p Phase) String() string {
 	if p < NumPhases {

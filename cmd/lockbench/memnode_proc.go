@@ -38,9 +38,9 @@ func memnodeBinary(o options) (string, error) {
 	return "", fmt.Errorf("no memnode binary (tried %s); build it (make build) or pass -memnode", strings.Join(cands, ", "))
 }
 
-// paperRecoveryFlag is the memnode flag that would select
-// memnode.Config.PaperRecovery. cmd/memnode does not offer it yet; lockbench
-// looks for it in the binary's usage so that it works once it does.
+// paperRecoveryFlag is the memnode flag that selects
+// memnode.Config.PaperRecovery. lockbench looks for it in the binary's usage,
+// so that a memnode built before the flag existed fails with a clear error.
 const paperRecoveryFlag = "paper-recovery"
 
 func supportsFlag(bin, name string) bool {

@@ -80,6 +80,9 @@ type options struct {
 	// waiting readers get the lock (shiftlock.Config.Threshold; 0: 16).
 	writerRun int
 	dslrOmega time.Duration
+	// artifactOmega takes DSLR's ω from the ShiftLock artifact (see
+	// resolveParams).
+	artifactOmega bool
 	dslrBase  time.Duration
 
 	// The emulated FissLock: lock slots on the switch, the switch's time
@@ -146,7 +149,8 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.casBackoff, "cas-backoff", 0, "CAS-B initial backoff (default: 1862ns scaled by RTT/2µs)")
 	fs.StringVar(&o.readerPoll, "reader-poll", "backoff", "ShiftLock's READ polling interval: backoff (20µs doubling to 1ms), rtt (1862ns scaled by RTT/2µs, fixed, as the artifact), or a duration")
 	fs.IntVar(&o.writerRun, "writer-run", 0, "ShiftLock's N: the most consecutive writers before waiting readers get the lock (0: the client's default, 16; ShiftLock §4.7)")
-	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs)")
+	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs, or 1862ns with -artifact-omega)")
+	fs.BoolVar(&o.artifactOmega, "artifact-omega", false, "DSLR's ω as the ShiftLock authors' artifact runs it (its backoff parameter, 1862ns, scaled by RTT/2µs) instead of DSLR's published 5µs")
 	fs.DurationVar(&o.dslrBase, "dslr-backoff", 0, "DSLR random backoff base R (default: 10µs scaled by RTT/2µs)")
 	fs.StringVar(&o.rangeSizesFlag, "range-sizes", "", "citron, ss: span lengths, comma-separated; clients take them in turn (CITRON's mixed workload: 1,16,256)")
 	fs.IntVar(&o.rangeDepth, "range-depth", 8, "citron, ss: depth of the range tree; the space is 64 x 4^depth units")

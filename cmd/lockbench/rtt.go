@@ -33,7 +33,7 @@ func rttCmd(args []string, stdout, stderr io.Writer) error {
 		rtts = append(rtts, d)
 	}
 	rtt := stats.Median(rtts)
-	p := resolveParams(options{lease: o.lease}, rtt)
+	p := resolveParams(options{lease: o.lease, artifactOmega: o.artifactOmega}, rtt)
 	fmt.Fprintf(stderr, "lockbench: %s round trip %v (medians of 5 x %d READs: %v)\n", o.fabric, rtt, probes, rtts)
 	fmt.Fprintf(stdout, "-cas-backoff %v -dslr-omega %v -dslr-backoff %v\n", p.casBackoff, p.dslrOmega, p.dslrR)
 	return nil

@@ -248,12 +248,13 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 		}
 	}
 	b := &bench{o: o, dist: dist}
-	p.shiftlockCfg.Trace = func(ph shiftlock.Phase, d time.Duration) {
+	p.trace = func(ph shiftlock.Phase, d time.Duration) {
 		if b.phase.Load() == phaseMeasure {
 			b.phases[ph].Add(int64(d))
 			b.phaseN[ph].Add(1)
 		}
 	}
+	p.shiftlockCfg.Trace = p.trace
 	var lockers []shiftlock.Locker
 	var fc *fisslock.Cluster
 	switch {
@@ -387,7 +388,7 @@ func runBench(o options, stderr io.Writer) (*result, error) {
 	return r, nil
 }
 
-// phaseMeans renders ShiftLock's phase times in µs two ways: as means per
+// phaseMeans renders a lock's phase times in µs two ways: as means per
 // acquisition of the phase's kind (writer phases over writer acquisitions,
 // reader phases over reader ones, release phases over all), and, as
 // "<phase>.occ", as means over the phase's own occurrences, which is how
@@ -402,10 +403,12 @@ func phaseMeans(sums, counts *[shiftlock.NumPhases]atomic.Int64, writes, reads i
 		switch ph {
 		case shiftlock.PhaseWriterIA, shiftlock.PhaseWriterNP, shiftlock.PhaseWriterWP, shiftlock.PhaseWriterWR:
 			n = writes
-		case shiftlock.PhaseReaderIA, shiftlock.PhaseReaderWW:
+		case shiftlock.PhaseWriterRT:
+			n = writes
+		case shiftlock.PhaseReaderIA, shiftlock.PhaseReaderWW, shiftlock.PhaseReaderRT:
 			n = reads
 		}
-		if n == 0 {
+		if n == 0 || counts[ph].Load() == 0 { // a phase this lock never reports
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s=%.3f", ph, float64(sums[ph].Load())/float64(n)/1e3))

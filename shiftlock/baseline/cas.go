@@ -18,6 +18,8 @@ type CASConfig struct {
 	// InitialBackoff is SMART's initial backoff (default
 	// DefaultInitialBackoff).
 	InitialBackoff time.Duration
+	// Trace, if set, is told the latency breakdown (IA, RT, release).
+	Trace Trace
 
 	// skipCompare is the deliberately broken variant for tests: acquire
 	// swaps the word in without comparing, so two clients can hold at once.
@@ -87,9 +89,13 @@ func (l *CAS) Acquire(ctx context.Context, entry uint64, m shiftlock.Mode) (shif
 	addr := l.layout.EntryAddr(entry)
 	id := l.holderID()
 	vctx := context.WithoutCancel(ctx)
+	tr := l.cfg.Trace
+	iaPhase, rtPhase := phasesOf(m)
+	var retrying time.Time
 	for k := 0; ; k++ {
 		var old uint64
 		var err error
+		t0 := tr.start()
 		if l.cfg.skipCompare {
 			// Report the store as a win whatever the word held.
 			_, err = l.ep.MaskedCAS64(vctx, addr, 0, 0, id, ^uint64(0))
@@ -99,10 +105,19 @@ func (l *CAS) Acquire(ctx context.Context, entry uint64, m shiftlock.Mode) (shif
 		if err != nil {
 			return nil, err
 		}
+		if k == 0 {
+			tr.done(iaPhase, t0)
+			retrying = tr.start()
+		}
 		if old == 0 {
 			l.stats.Grants.Add(1)
 			if l.backoff != nil {
 				l.backoff.completed()
+			}
+			if k == 0 {
+				tr.zero(rtPhase)
+			} else {
+				tr.done(rtPhase, retrying)
 			}
 			return &casGrant{l: l, addr: addr, id: id}, nil
 		}
@@ -137,10 +152,12 @@ func (g *casGrant) Release(ctx context.Context) error {
 		var zero [8]byte
 		return g.l.ep.Write(ctx, g.addr, zero[:])
 	}
+	t0 := g.l.cfg.Trace.start()
 	old, err := g.l.ep.CAS(ctx, g.addr, g.id, 0)
 	if err != nil {
 		return err
 	}
+	g.l.cfg.Trace.done(shiftlock.PhaseReleaseIA, t0)
 	if old != g.id {
 		return fmt.Errorf("baseline: CAS lock at %v held %#x at release, not this holder's %#x", g.addr, old, g.id)
 	}

@@ -27,6 +27,8 @@ type DSLRConfig struct {
 	// CountMax is COUNT_MAX (default and maximum 32768). Tests lower it to
 	// exercise the overflow reset.
 	CountMax uint64
+	// Trace, if set, is told the latency breakdown (IA, RT, release).
+	Trace Trace
 }
 
 func (c *DSLRConfig) defaults() {
@@ -165,10 +167,14 @@ func (d *DSLR) attempt(ctx context.Context, entry uint64, m shiftlock.Mode, at *
 	if m == shiftlock.Shared {
 		field = fMaxS
 	}
+	tr := d.cfg.Trace
+	iaPhase, rtPhase := phasesOf(m)
+	t0 := tr.start()
 	raw, err := d.ep.FAA(vctx, addr, inc(field))
 	if err != nil {
 		return nil, err
 	}
+	tr.done(iaPhase, t0)
 	p := decodeDSLR(raw)
 	cm := d.cfg.CountMax
 	if p.maxX >= cm || p.maxS >= cm {
@@ -190,10 +196,14 @@ func (d *DSLR) attempt(ctx context.Context, entry uint64, m shiftlock.Mode, at *
 		g.resetFrom, g.responsible = dslrWord{nX: cm, nS: p.maxS, maxX: cm, maxS: p.maxS}.encode(), true
 	}
 	if granted(p, p, m) {
+		tr.zero(rtPhase)
 		g.at = time.Now()
 		return g, nil
 	}
-	if err := d.handleConflict(ctx, addr, p, m); err != nil {
+	t0 = tr.start()
+	err = d.handleConflict(ctx, addr, p, m)
+	tr.done(rtPhase, t0)
+	if err != nil {
 		if errors.Is(err, errRetry) {
 			pause(binaryExpBackoff(at.failures+1, d.cfg.BackoffBase, d.cfg.BackoffLimit))
 		}
@@ -295,9 +305,11 @@ func (g *dslrGrant) Release(ctx context.Context) error {
 	if g.mode == shiftlock.Shared {
 		field = fNS
 	}
+	t0 := d.cfg.Trace.start()
 	if _, err := d.ep.FAA(ctx, g.addr, inc(field)); err != nil {
 		return err
 	}
+	d.cfg.Trace.done(shiftlock.PhaseReleaseIA, t0)
 	if g.responsible {
 		return d.overflowReset(ctx, g.addr, g.resetFrom)
 	}
