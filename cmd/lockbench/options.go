@@ -83,7 +83,7 @@ type options struct {
 	// artifactOmega takes DSLR's ω from the ShiftLock artifact (see
 	// resolveParams).
 	artifactOmega bool
-	dslrBase  time.Duration
+	dslrBase      time.Duration
 
 	// The emulated FissLock: lock slots on the switch, the switch's time
 	// per packet, a server core's time per packet.
