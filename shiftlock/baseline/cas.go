@@ -95,7 +95,10 @@ func (l *CAS) Acquire(ctx context.Context, entry uint64, m shiftlock.Mode) (shif
 	for k := 0; ; k++ {
 		var old uint64
 		var err error
-		t0 := tr.start()
+		var t0 time.Time
+		if k == 0 {
+			t0 = tr.start()
+		}
 		if l.cfg.skipCompare {
 			// Report the store as a win whatever the word held.
 			_, err = l.ep.MaskedCAS64(vctx, addr, 0, 0, id, ^uint64(0))
