@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -96,6 +97,10 @@ func makeLockers(kind string, eps []rdma.Endpoint, p params) []shiftlock.Locker 
 			cfg := p.shiftlockCfg
 			cfg.PipelineBump = true
 			ls[i] = shiftlock.NewClient(ep, cfg)
+		case "shiftlock-artifact":
+			cfg := p.shiftlockCfg
+			cfg.NoHandoverBump = true
+			ls[i] = &artifactWriter{Client: shiftlock.NewClient(ep, cfg), wait: p.casBackoff}
 		case "cas-nb":
 			ls[i] = baseline.NewCAS(ep, baseline.CASConfig{Trace: p.trace})
 		case "cas-b":
@@ -111,6 +116,13 @@ func makeLockers(kind string, eps []rdma.Endpoint, p params) []shiftlock.Locker 
 
 // lockStats summarises the lockers' own counters for the report.
 func lockStats(ls []shiftlock.Locker) string {
+	if _, ok := ls[0].(*artifactWriter); ok {
+		inner := make([]shiftlock.Locker, len(ls))
+		for i, l := range ls {
+			inner[i] = l.(*artifactWriter).Client
+		}
+		ls = inner
+	}
 	var a [8]uint64
 	switch ls[0].(type) {
 	case *shiftlock.Client:
@@ -182,4 +194,35 @@ func fissStats(c *fisslock.Cluster, cycles uint64) string {
 	per := func(n uint64) float64 { return float64(n) / float64(max(cycles, 1)) }
 	return fmt.Sprintf("switch_grants=%d agent_grants=%d fallback=%d fallback_local=%d transfers=%d bounces=%d refused=%d switch_pkts_per_cycle=%.2f server_pkts_per_cycle=%.2f",
 		s.SwitchGrants.Load(), s.AgentGrants.Load(), s.Fallback.Load(), s.FallbackLocal.Load(), s.Transfers.Load(), s.Bounces.Load(), s.Refused.Load(), per(sw), per(srv))
+}
+
+// artifactWriter is ShiftLock as the authors' artifact runs it: no RelCnt
+// bump on handover, and a writer first tries to take a free entry with a
+// conditional CAS, twice, waiting the artifact's backoff parameter between
+// the tries (its acquire_ex_trivial, "to improve some performance when
+// contention is low but not very low"), before it enqueues.
+type artifactWriter struct {
+	*shiftlock.Client
+	wait time.Duration
+}
+
+// artifactTries is the artifact's RETRY_LIMIT for those tries.
+const artifactTries = 2
+
+func (a *artifactWriter) Acquire(ctx context.Context, entry uint64, m shiftlock.Mode) (shiftlock.Grant, error) {
+	if m == shiftlock.Exclusive {
+		for i := range artifactTries {
+			g, ok, err := a.TryExclusive(ctx, entry)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return g, nil
+			}
+			if i+1 < artifactTries {
+				time.Sleep(a.wait << i)
+			}
+		}
+	}
+	return a.Client.Acquire(ctx, entry, m)
 }

@@ -24,7 +24,7 @@ var lockKinds = append(append([]string{}, verbLocks...), "fisslock", "parlock", 
 
 // verbLocks are the lock kinds on the fabric's one-sided verbs, one lock
 // table entry per key.
-var verbLocks = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "cas-nb", "cas-b", "dslr", "mcs"}
+var verbLocks = []string{"shiftlock", "shiftlock-nobump", "shiftlock-pipelined", "shiftlock-artifact", "cas-nb", "cas-b", "dslr", "mcs"}
 
 // Named workloads of ShiftLock §4.2: the fraction of shared acquisitions.
 var workloads = map[string]float64{"WI": 0.5, "RI": 0.95, "RO": 1.0}

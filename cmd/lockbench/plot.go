@@ -23,6 +23,7 @@ var lockColors = map[string]color.Color{
 	"shiftlock":           color.RGBA{0xd6, 0x27, 0x28, 0xff},
 	"shiftlock-nobump":    color.RGBA{0xff, 0x98, 0x96, 0xff},
 	"shiftlock-pipelined": color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	"shiftlock-artifact":  color.RGBA{0xe3, 0x77, 0xc2, 0xff},
 	"cas-nb":              color.RGBA{0x7f, 0x7f, 0x7f, 0xff},
 	"cas-b":               color.RGBA{0x1f, 0x77, 0xb4, 0xff},
 	"dslr":                color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
@@ -366,6 +367,8 @@ func shortLock(l string) string {
 		return "SL-nb"
 	case "shiftlock-pipelined":
 		return "SL-pl"
+	case "shiftlock-artifact":
+		return "SL-art"
 	}
 	return strings.ToUpper(l)
 }
