@@ -113,7 +113,7 @@ bench-micro: lockbench memnode
 # The model's sensitivity to the two parameters the ShiftLock paper does
 # not state, a Send's latency and a client's own time per operation:
 # issue 15's Zipf targets at each point (ShiftLock's three variants against
-# the baselines), 3 rounds, about 20 minutes. Results go to
+# the baselines), and Table 3 by client count, 3 rounds, about 22 minutes. Results go to
 # docs/benchmarks.md (section model-sens, after the microbenchmarks).
 .PHONY: bench-model-sens
 bench-model-sens:

@@ -7,7 +7,7 @@
 # with the paper's N = 16: every lock on Zipf-0.99 WI, and ShiftLock (three
 # variants) against MCS on RI and RO; bench-micro's model otherwise (240
 # clients, each its own node, 10M locks, 2 µs verbs, 270 ns per atomic on
-# one address, 32M verbs/s, polls once per round trip). 3 rounds, about 20 minutes.
+# one address, 32M verbs/s, polls once per round trip). 3 rounds, about 22 minutes.
 #
 # Writes out/bench-model-sens/sens.csv (appended) and the "model-sens"
 # section of docs/benchmarks.md (intro: docs/bench/model-sens.md). Knobs:
@@ -46,6 +46,16 @@ for r in $(seq 1 "$RUNS"); do
 					model -run "$r" -lock "$l" -workload "$wl" -model-send "$s" -think "$t"
 				done
 			done
+		done
+	done
+done
+
+# Table 3: ShiftLock's latency breakdown by client count (5 to 240, each
+# client its own node), as the artifact runs it, at bench-micro's point.
+for r in $(seq 1 "$RUNS"); do
+	for wl in WI RI; do
+		for c in 5 20 40 80 120 160 200 240; do
+			model -run "$r" -lock shiftlock-artifact -workload "$wl" -clients "$c" -nodes "$c" -model-send 3us -think 0s
 		done
 	done
 done
