@@ -462,6 +462,9 @@ func modelParam(o options) string {
 	s := " send=" + o.modelSend.String()
 	if o.modelAtomic > 0 {
 		s += " atomic=" + o.modelAtomic.String()
+		if o.modelAtomicBlocks {
+			s += " atomic-blocks"
+		}
 	}
 	return s
 }

@@ -49,6 +49,11 @@ type Config struct {
 	// its write), while those on different addresses overlap. 0 means
 	// atomics cost only their share of IOPS.
 	AtomicPerAddr time.Duration
+	// AtomicBlocks makes an atomic that waits for its address hold up the
+	// whole memory node queue behind it, as an RNIC that executes its
+	// requests in order would (head-of-line blocking). Without it, only
+	// atomics on the same address wait for each other.
+	AtomicBlocks bool
 }
 
 // Fabric is the shared part: the memory node's queue and the mailboxes.
@@ -84,13 +89,14 @@ func (f *Fabric) Wrap(ep rdma.Endpoint) *Endpoint { return &Endpoint{Endpoint: e
 // behind the ones already queued, atomics among them (on atomics' addresses)
 // also behind earlier atomics on the same address.
 func (f *Fabric) served(n int, atomics []rdma.Addr) {
-	if f.per <= 0 && (f.cfg.AtomicPerAddr <= 0 || len(atomics) == 0) {
+	blocks := f.cfg.AtomicBlocks && f.cfg.AtomicPerAddr > 0
+	if f.per <= 0 && !blocks && (f.cfg.AtomicPerAddr <= 0 || len(atomics) == 0) {
 		return
 	}
 	f.mu.Lock()
 	now := time.Now()
 	done := now
-	if f.per > 0 {
+	if f.per > 0 || blocks {
 		start := f.nicFree
 		if start.Before(now) {
 			start = now
@@ -106,6 +112,9 @@ func (f *Fabric) served(n int, atomics []rdma.Addr) {
 			}
 			done = start.Add(f.cfg.AtomicPerAddr)
 			f.addrFree[a] = done
+		}
+		if blocks && done.After(f.nicFree) {
+			f.nicFree = done
 		}
 	}
 	f.mu.Unlock()

@@ -152,3 +152,43 @@ func TestAtomicsOnOneAddressSerialise(t *testing.T) {
 		}
 	})
 }
+
+// TestAtomicBlocksQueue: with AtomicBlocks, a READ that reaches the memory
+// node behind atomics waiting for one address waits for them too; without
+// it, it passes them.
+func TestAtomicBlocksQueue(t *testing.T) {
+	for _, blocks := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			const rtt, per = 2 * time.Microsecond, 500 * time.Nanosecond
+			_, eps := setup(t, latfab.Config{Verb: rtt, AtomicPerAddr: per, AtomicBlocks: blocks}, 4)
+			ctx := context.Background()
+			one, other := eps[0].Layout().EntryAddr(1), eps[0].Layout().EntryAddr(2)
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := eps[i].FAA(ctx, one, 1); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			// Arrive after the three FAAs, which take their address until
+			// rtt/2 + 3*per.
+			time.Sleep(per)
+			var buf [8]byte
+			if err := eps[3].Read(ctx, other, buf[:]); err != nil {
+				t.Fatal(err)
+			}
+			want := per + rtt
+			if blocks {
+				want = rtt/2 + 3*per + rtt/2
+			}
+			if d := time.Since(start); d != want {
+				t.Errorf("blocks=%v: the READ completed at %v, want %v", blocks, d, want)
+			}
+			wg.Wait()
+		})
+	}
+}
