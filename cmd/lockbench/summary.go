@@ -292,6 +292,19 @@ var paperTable4 = map[string][][9]any{
 	},
 }
 
+// parsePhases reads a phases column ("W-IA=2.3 W-IA.occ=2.4 ...") into
+// its items.
+func parsePhases(s string) map[string]float64 {
+	ph := map[string]float64{}
+	for _, f := range strings.Fields(s) {
+		name, v, ok := strings.Cut(f, "=")
+		if x, err := strconv.ParseFloat(v, 64); ok && err == nil {
+			ph[name] = x
+		}
+	}
+	return ph
+}
+
 // renderBreakdown is every lock's latency breakdown on Zipf keys beside the
 // paper's Table 4: mean µs per acquisition of the item's kind, which is how
 // the authors' artifact averages the baselines' items (a zero for an RT that
@@ -336,13 +349,7 @@ func renderBreakdown(b *strings.Builder, cells map[cellID]*cell, s string) {
 			if c == nil || c.med.Phases == "" {
 				continue
 			}
-			ph := map[string]float64{}
-			for _, f := range strings.Fields(c.med.Phases) {
-				name, v, ok := strings.Cut(f, "=")
-				if x, err := strconv.ParseFloat(v, 64); ok && err == nil {
-					ph[name] = x
-				}
-			}
+			ph := parsePhases(c.med.Phases)
 			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", w, l,
 				cellOf(ph, "W-IA"), withOcc(ph, "W-NP", "W-WP", "W-WR"), cellOf(ph, "W-RT"),
 				cellOf(ph, "R-IA"), withOcc(ph, "R-WW"), cellOf(ph, "R-RT"), cellOf(ph, "Rel-IA"), cellOf(ph, "Rel-NS")))
