@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Pick returns a loopback TCP port that is free now, for a child that
@@ -19,7 +20,10 @@ import (
 // choosing it below the kernel's ephemeral range closes the common case, a
 // connect() or a port-0 listen in some other process being given the same
 // number, since the kernel only picks ports from that range. Only someone
-// else choosing the same way, and the same number, remains.
+// else choosing the same way, and the same number, remains. Pick never
+// returns a port twice in one process: a topology picks a score of ports
+// before any child binds them, and a repeat among those would be a
+// collision no bind check can see.
 func Pick() (int, error) {
 	lo := ephemeralLow()
 	const floor = 10000
@@ -28,12 +32,39 @@ func Pick() (int, error) {
 	}
 	for range 200 {
 		p := floor + rand.IntN(lo-floor)
+		if given.has(p) {
+			continue
+		}
 		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
 			ln.Close()
+			given.add(p)
 			return p, nil
 		}
 	}
 	return anyPort()
+}
+
+// given holds the ports this process has handed out.
+var given portSet
+
+type portSet struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+func (s *portSet) has(p int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[p]
+}
+
+func (s *portSet) add(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[int]bool{}
+	}
+	s.m[p] = true
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
