@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/gopool"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -347,9 +346,9 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 		return
 	}
 	blocking := func() {
-		gopool.Go(func() {
+		go func() {
 			done(m.AcquireKey(ctx, key, token, opt))
-		})
+		}()
 	}
 	if opt.Mode == 0 {
 		opt.Mode = shiftlock.Exclusive
@@ -420,7 +419,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 		case !wait:
 			// Held, try-only, tagged: ask the queue whether its owner is ours
 			// (messages, and a short grace for a fresh holder).
-			gopool.Go(func() {
+			go func() {
 				if tok, same := dom.Client.QueryOwner(ctx, w.entry, s.Entry().Tail(), tag, tagGrace); same {
 					var f [1]uint64
 					ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, nil, tok+1, f[:], time.Time{})
@@ -428,9 +427,9 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 					return
 				}
 				report(0, false, false, nil)
-			})
+			}()
 		default:
-			gopool.Go(func() {
+			go func() {
 				guard, err := s.Wait(m.waitContext(ctx, deadline, opt.Queue))
 				if err != nil {
 					if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -440,7 +439,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 					return
 				}
 				m.admitAsync(ctx, key, token, opt, deadline, tag, ws, dom, guard, true, report, nil)
-			})
+			}()
 		}
 	}})
 }
@@ -466,7 +465,7 @@ func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOpti
 		end = time.Now().Add(opt.TTL)
 	}
 	if (dom.Lease != nil && !dom.Lease.Covers(end, opt.TTL)) || m.heldByOther(key, token) {
-		gopool.Go(func() { run(ctx) })
+		go run(ctx)
 		return
 	}
 	// Under NoWait, admit cannot block even if another token's shadow
@@ -544,7 +543,7 @@ func (m *Map) releaseGrantAsync(d *Doorbell, g *grant) {
 	}
 	guard, ok := g.g.(*shiftlock.Guard)
 	if !ok {
-		gopool.Go(func() { m.releaseLast(g) })
+		go m.releaseLast(g)
 		return
 	}
 	grp := d.group(g.dom)
@@ -555,11 +554,11 @@ func (m *Map) releaseGrantAsync(d *Doorbell, g *grant) {
 func (m *Map) finishRelease(g *grant, r shiftlock.StagedRelease, postErr error) {
 	rest, err := r.Finish(postErr)
 	if rest != nil {
-		gopool.Go(func() {
+		go func() {
 			if err := rest(); err != nil {
 				m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
 			}
-		})
+		}()
 		return
 	}
 	if err != nil {

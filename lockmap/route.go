@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/gopool"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -289,7 +288,7 @@ func (r *router) setView() {
 
 // send posts a message from a goroutine of its own: the delivery goroutine
 // must not wait for a round trip.
-func (r *router) send(to rdma.NodeID, msg routeMsg) { gopool.Go(func() { r.sendNow(to, msg) }) }
+func (r *router) send(to rdma.NodeID, msg routeMsg) { go r.sendNow(to, msg) }
 
 // sendNow posts a message and waits for the fabric to take it.
 func (r *router) sendNow(to rdma.NodeID, msg routeMsg) {
@@ -531,7 +530,7 @@ func (r *router) onAcquire(from rdma.NodeID, msg routeMsg) {
 			g := e.g
 			r.mu.Unlock()
 			r.m.rstats.Joined.Add(1)
-			gopool.Go(func() { r.granted(g, w) })
+			go r.granted(g, w)
 			return
 		}
 		e = nil
@@ -544,7 +543,7 @@ func (r *router) onAcquire(from rdma.NodeID, msg routeMsg) {
 		e.cancel = cancel
 		r.mu.Unlock()
 		deadline := time.Now().Add(time.Duration(msg.b) * time.Millisecond)
-		gopool.Go(func() { _, _, _ = r.take(ctx, e, deadline, nil, false) })
+		go func() { _, _, _ = r.take(ctx, e, deadline, nil, false) }()
 		return
 	}
 	e.waiters = append(e.waiters, w)
@@ -591,7 +590,7 @@ func (r *router) take(ctx context.Context, e *homeEntry, deadline time.Time,
 		case w.local != nil:
 			w.local <- homeResult{g: gr, err: err}
 		case gr != nil:
-			gopool.Go(func() { r.granted(gr, w) })
+			go r.granted(gr, w)
 		default:
 			r.send(w.node, routeMsg{kind: rtBusy, id: w.id, entry: e.key.entry, tag: e.key.tag})
 		}
@@ -683,7 +682,7 @@ func (r *router) onRelease(from rdma.NodeID, id uint32, k homeKey) {
 	g := e.g
 	r.mu.Unlock()
 	if r.m.lastRef(g) {
-		gopool.Go(func() { r.m.releaseLast(g) })
+		go r.m.releaseLast(g)
 	}
 }
 
@@ -704,7 +703,7 @@ func (r *router) onExtend(from rdma.NodeID, msg routeMsg) {
 	}
 	t.Reset(ttl)
 	r.mu.Unlock()
-	gopool.Go(func() {
+	go func() {
 		if r.dom.Lease != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := r.dom.Lease.Cover(ctx, time.Now().Add(ttl), ttl)
@@ -715,7 +714,7 @@ func (r *router) onExtend(from rdma.NodeID, msg routeMsg) {
 			}
 		}
 		r.sendNow(from, routeMsg{kind: rtExtended, id: msg.id})
-	})
+	}()
 }
 
 // sharedOut reports whether entry is held here for other proxies' shares.

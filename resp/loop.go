@@ -10,7 +10,6 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/gopool"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 )
 
@@ -261,7 +260,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	case actHold:
 		lc.busy = true
 		s.offload.Add(1)
-		gopool.Go(func() { s.runHeld(lc) })
+		go s.runHeld(lc)
 	case actDefer:
 		// The completion may have run already (an acquire settled without
 		// the memory node, or on a quick goroutine): its wake then brings
@@ -288,7 +287,7 @@ func (s *Server) afterRing(lc *loopConn, act action) {
 	case actHold:
 		lc.bell.d.After(func() {
 			s.offload.Add(1)
-			gopool.Go(func() { s.runHeld(lc) })
+			go s.runHeld(lc)
 		})
 	case actDefer:
 		// Its own completion hands over the last reply; the others wait

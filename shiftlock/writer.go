@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/gopool"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
@@ -257,7 +256,7 @@ func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 	g.pending = true
 	g.mu.Unlock()
 	c.bg.Add(1)
-	gopool.Go(func() {
+	go func() {
 		defer c.bg.Done()
 		err := finish(context.Background())
 		w.stop()
@@ -285,7 +284,7 @@ func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 			}
 			c.holds.abandon(g.entry, -1)
 		}
-	})
+	}()
 }
 
 func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m message) error {
@@ -340,7 +339,7 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 	g.same = true // nobody was told, so a same-owner answer now means nothing
 	g.letGo()
 	c.bg.Add(1)
-	gopool.Go(func() {
+	go func() {
 		defer c.bg.Done()
 		defer c.holds.abandon(g.entry, -1)
 		defer w.stop()
@@ -355,7 +354,7 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 		if err := g.Release(bctx); err != nil {
 			c.log.Warn("releasing abandoned lock", zap.Uint64("entry", g.entry), zap.Error(err))
 		}
-	})
+	}()
 	return ctx.Err()
 }
 
@@ -461,14 +460,14 @@ func (c *Client) releaseStep(g *Guard, k relKind) (slow bool, err error) {
 func (c *Client) releasePipelined(g *Guard) error {
 	op := c.releaseVerb(g, relHandover)
 	c.bg.Add(1)
-	gopool.Go(func() {
+	go func() {
 		defer c.bg.Done()
 		defer c.released(g)
 		if _, err := c.ep.MaskedFAA128(context.Background(), op.Addr, op.Value, op.Mask); err != nil {
 			c.log.Warn("pipelined RelCnt bump failed; the successor's release will wait for it and then leave the entry to recovery",
 				zap.Uint64("entry", g.entry), zap.Error(err))
 		}
-	})
+	}()
 	_, err := c.releaseAfter(g, relPipelined, Entry{})
 	return err
 }
