@@ -15,6 +15,7 @@ import (
 type params struct {
 	rtt                          time.Duration
 	casBackoff, dslrOmega, dslrR time.Duration
+	casUpdateBatch               int
 	shiftlockCfg                 shiftlock.Config
 	dslrLease                    time.Duration
 	// trace collects the latency breakdown (Table 2) of every lock kind
@@ -31,7 +32,7 @@ func resolveParams(o options, rtt time.Duration) params {
 	scale := func(paper time.Duration) time.Duration {
 		return time.Duration(float64(paper) * float64(rtt) / float64(paperRTT))
 	}
-	p := params{rtt: rtt, casBackoff: o.casBackoff, dslrOmega: o.dslrOmega, dslrR: o.dslrBase}
+	p := params{rtt: rtt, casBackoff: o.casBackoff, casUpdateBatch: o.casUpdateBatch, dslrOmega: o.dslrOmega, dslrR: o.dslrBase}
 	if p.casBackoff <= 0 {
 		p.casBackoff = scale(baseline.DefaultInitialBackoff)
 	}
@@ -104,7 +105,7 @@ func makeLockers(kind string, eps []rdma.Endpoint, p params) []shiftlock.Locker 
 		case "cas-nb":
 			ls[i] = baseline.NewCAS(ep, baseline.CASConfig{Trace: p.trace})
 		case "cas-b":
-			ls[i] = baseline.NewCAS(ep, baseline.CASConfig{Backoff: true, InitialBackoff: p.casBackoff, Trace: p.trace})
+			ls[i] = baseline.NewCAS(ep, baseline.CASConfig{Backoff: true, InitialBackoff: p.casBackoff, UpdateBatch: p.casUpdateBatch, Trace: p.trace})
 		case "dslr":
 			ls[i] = baseline.NewDSLR(ep, baseline.DSLRConfig{Omega: p.dslrOmega, BackoffBase: p.dslrR, Lease: p.dslrLease, Trace: p.trace})
 		case "mcs":

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
+	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 )
 
 // Lock kinds lockbench can run.
@@ -72,6 +73,9 @@ type options struct {
 	// Baseline parameters; zero means "scaled from the paper's values by
 	// this fabric's round trip" (see resolveParams).
 	casBackoff time.Duration
+	// casUpdateBatch: CAS-B reconsiders SMART's limit once per this many
+	// acquisitions (the artifact: 64).
+	casUpdateBatch int
 	// readerPoll is ShiftLock's READ polling: "backoff" (the client's
 	// default, 20µs doubling to 1ms), "rtt" (a fixed interval of 1862ns
 	// scaled by RTT/2µs, as the artifact polls), or a fixed duration.
@@ -150,6 +154,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.attempts, "attempts", 3, "most attempts per run with -max-other-cpu")
 	fs.IntVar(&o.rttProbes, "rtt-probes", 500, "uncontended READs timed to measure the fabric round trip")
 	fs.DurationVar(&o.casBackoff, "cas-backoff", 0, "CAS-B initial backoff (default: 1862ns scaled by RTT/2µs)")
+	fs.IntVar(&o.casUpdateBatch, "cas-update-batch", 0, fmt.Sprintf("CAS-B: reconsider SMART's backoff limit only once per this many acquisitions of a client, as the authors' artifact does (%d); 0: at every one (settles within milliseconds: what a 10-s run averages to, in a short window)", baseline.ArtifactUpdateBatch))
 	fs.StringVar(&o.readerPoll, "reader-poll", "backoff", "ShiftLock's READ polling interval: backoff (20µs doubling to 1ms), rtt (1862ns scaled by RTT/2µs, fixed, as the artifact), or a duration")
 	fs.IntVar(&o.writerRun, "writer-run", 0, "ShiftLock's N: the most consecutive writers before waiting readers get the lock (0: the client's default, 16; ShiftLock §4.7)")
 	fs.DurationVar(&o.dslrOmega, "dslr-omega", 0, "DSLR ω, wait per ticket ahead (default: 5µs scaled by RTT/2µs, or 1862ns with -artifact-omega)")

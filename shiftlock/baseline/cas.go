@@ -18,6 +18,11 @@ type CASConfig struct {
 	// InitialBackoff is SMART's initial backoff (default
 	// DefaultInitialBackoff).
 	InitialBackoff time.Duration
+	// UpdateBatch, if positive, has SMART's limit reconsidered only once
+	// per that many acquisitions (and at most once a millisecond), as the
+	// authors' artifact does: its client loop checks the time after every
+	// batch of ArtifactUpdateBatch acquisitions. 0 checks at every one.
+	UpdateBatch int
 	// Trace, if set, is told the latency breakdown (IA, RT, release).
 	Trace Trace
 
@@ -53,6 +58,7 @@ func NewCAS(ep rdma.Endpoint, cfg CASConfig) *CAS {
 	l := &CAS{ep: ep, layout: ep.Layout(), cfg: cfg}
 	if cfg.Backoff {
 		l.backoff = newSmartBackoff(cfg.InitialBackoff)
+		l.backoff.batch = uint64(max(cfg.UpdateBatch, 0))
 	}
 	return l
 }
