@@ -40,7 +40,7 @@ func setupFabric(o options) (*cluster, error) {
 		cl := &cluster{close: host.Close}
 		var lf *latfab.Fabric
 		if o.fabric == "model" {
-			lf = latfab.New(latfab.Config{Verb: o.modelVerb, Send: o.modelSend, IOPS: o.iopsCap, AtomicPerAddr: o.modelAtomic, AtomicBlocks: o.modelAtomicBlocks})
+			lf = latfab.New(latfab.Config{Verb: o.modelVerb, Send: o.modelSend, IOPS: o.iopsCap, AtomicPerAddr: o.modelAtomic, AtomicBlocks: o.modelAtomicBlocks, AtomicUnits: o.modelAtomicUnits})
 			cl.close = func() { lf.Close(); host.Close() }
 		}
 		for i := 0; i < o.nodes; i++ {

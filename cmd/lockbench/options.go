@@ -44,28 +44,30 @@ type options struct {
 	modelAtomic time.Duration
 	// modelAtomicBlocks is latfab's AtomicBlocks.
 	modelAtomicBlocks bool
-	clients           int
-	nodes             int
-	entries           uint64
-	keys              string
-	workload          string  // WI, RI, RO, or "" when readers is given
-	readers           float64 // fraction of shared acquisitions
-	duration          time.Duration
-	warmup            time.Duration
-	hold              time.Duration
-	think             time.Duration
-	failRate          float64
-	recovery          bool // the paper's lease timings and recovery policy, even at failRate 0
-	lease             time.Duration
-	runIndex          int
-	label             string
-	csv               string
-	seed              uint64
-	progress          bool
-	timeline          string
-	iopsCap           float64
-	capBurst          time.Duration
-	rttProbes         int
+	// modelAtomicUnits is latfab's AtomicUnits.
+	modelAtomicUnits int
+	clients          int
+	nodes            int
+	entries          uint64
+	keys             string
+	workload         string  // WI, RI, RO, or "" when readers is given
+	readers          float64 // fraction of shared acquisitions
+	duration         time.Duration
+	warmup           time.Duration
+	hold             time.Duration
+	think            time.Duration
+	failRate         float64
+	recovery         bool // the paper's lease timings and recovery policy, even at failRate 0
+	lease            time.Duration
+	runIndex         int
+	label            string
+	csv              string
+	seed             uint64
+	progress         bool
+	timeline         string
+	iopsCap          float64
+	capBurst         time.Duration
+	rttProbes        int
 
 	maxOtherCPU float64
 	attempts    int
@@ -128,6 +130,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.modelVerb, "model-verb", 2*time.Microsecond, "-fabric model: round trip of a one-sided verb")
 	fs.DurationVar(&o.modelSend, "model-send", 3*time.Microsecond, "-fabric model: one-way latency of a Send")
 	fs.BoolVar(&o.modelAtomicBlocks, "model-atomic-blocks", false, "-fabric model: an atomic waiting for its address holds up the memory node's whole queue (head-of-line blocking)")
+	fs.IntVar(&o.modelAtomicUnits, "model-atomic-units", 0, "-fabric model: atomics the memory node works on at once, those waiting for their address included (0: no bound)")
 	fs.DurationVar(&o.modelAtomic, "model-atomic", 0, "-fabric model: how long an atomic occupies its address at the memory node (atomics on one address take turns; 0: no such limit)")
 	fs.IntVar(&o.clients, "clients", 240, "client goroutines, each doing one acquire-release cycle at a time")
 	fs.IntVar(&o.nodes, "nodes", 5, "client nodes (endpoints) the clients are spread over")

@@ -465,6 +465,9 @@ func modelParam(o options) string {
 		if o.modelAtomicBlocks {
 			s += " atomic-blocks"
 		}
+		if o.modelAtomicUnits > 0 {
+			s += fmt.Sprintf(" atomic-units=%d", o.modelAtomicUnits)
+		}
 	}
 	return s
 }

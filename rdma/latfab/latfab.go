@@ -54,6 +54,13 @@ type Config struct {
 	// requests in order would (head-of-line blocking). Without it, only
 	// atomics on the same address wait for each other.
 	AtomicBlocks bool
+	// AtomicUnits bounds the atomics the memory node works on at once, as
+	// an RNIC's atomic engine has a fixed number of slots. An atomic takes
+	// the first slot to come free and holds it until it completes, through
+	// its wait for its address: a long queue on one hot address then
+	// occupies slots that atomics on other addresses need. 0: no bound
+	// (only AtomicPerAddr applies).
+	AtomicUnits int
 }
 
 // Fabric is the shared part: the memory node's queue and the mailboxes.
@@ -64,6 +71,7 @@ type Fabric struct {
 	mu       sync.Mutex
 	nicFree  time.Time               // when the memory node's queue is next idle
 	addrFree map[rdma.Addr]time.Time // when an address's last atomic is done (AtomicPerAddr)
+	units    []time.Time             // when each atomic slot is next free (AtomicUnits)
 	boxes    map[rdma.NodeID]*mailbox
 	done     chan struct{} // closed by Close: mailboxes stop
 	closed   bool
@@ -74,6 +82,9 @@ func New(cfg Config) *Fabric {
 	f := &Fabric{cfg: cfg, boxes: map[rdma.NodeID]*mailbox{}, addrFree: map[rdma.Addr]time.Time{}, done: make(chan struct{})}
 	if cfg.IOPS > 0 {
 		f.per = time.Duration(float64(time.Second) / cfg.IOPS)
+	}
+	if cfg.AtomicUnits > 0 {
+		f.units = make([]time.Time, cfg.AtomicUnits)
 	}
 	return f
 }
@@ -106,12 +117,27 @@ func (f *Fabric) served(n int, atomics []rdma.Addr) {
 	}
 	if f.cfg.AtomicPerAddr > 0 {
 		for _, a := range atomics {
+			slot := -1
+			if len(f.units) > 0 {
+				slot = 0
+				for i, t := range f.units {
+					if t.Before(f.units[slot]) {
+						slot = i
+					}
+				}
+				if f.units[slot].After(done) {
+					done = f.units[slot]
+				}
+			}
 			start := f.addrFree[a]
 			if start.Before(done) {
 				start = done
 			}
 			done = start.Add(f.cfg.AtomicPerAddr)
 			f.addrFree[a] = done
+			if slot >= 0 {
+				f.units[slot] = done
+			}
 		}
 		if blocks && done.After(f.nicFree) {
 			f.nicFree = done

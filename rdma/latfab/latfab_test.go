@@ -192,3 +192,45 @@ func TestAtomicBlocksQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestAtomicUnits: an atomic waiting for its address holds its slot, so
+// with every slot taken an atomic on another address waits for one; with a
+// slot to spare, or no bound, it passes.
+func TestAtomicUnits(t *testing.T) {
+	const rtt, per, gap = 2 * time.Microsecond, 500 * time.Nanosecond, 10 * time.Nanosecond
+	for _, c := range []struct {
+		units int
+		want  time.Duration // the atomic on the other address, from its start
+	}{
+		{0, rtt + per},
+		{3, rtt + per},
+		// Slots: the first FAA until rtt/2+per, the second (waiting for
+		// the first) until rtt/2+2per; the third takes the first's slot.
+		{2, rtt/2 + 2*per - 2*gap + rtt/2},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			_, eps := setup(t, latfab.Config{Verb: rtt, AtomicPerAddr: per, AtomicUnits: c.units}, 3)
+			ctx := context.Background()
+			one, other := eps[0].Layout().EntryAddr(1), eps[0].Layout().EntryAddr(2)
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := eps[i].FAA(ctx, one, 1); err != nil {
+						t.Error(err)
+					}
+				}()
+				time.Sleep(gap) // arrive in this order
+			}
+			start := time.Now()
+			if _, err := eps[2].FAA(ctx, other, 1); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d != c.want {
+				t.Errorf("units=%d: the FAA on the other address took %v, want %v", c.units, d, c.want)
+			}
+			wg.Wait()
+		})
+	}
+}
