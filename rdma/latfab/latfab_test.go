@@ -153,6 +153,25 @@ func TestAtomicsOnOneAddressSerialise(t *testing.T) {
 	})
 }
 
+// faas starts an FAA on a from each of eps, gap apart, and returns what
+// waits for them all.
+func faas(t *testing.T, eps []*latfab.Endpoint, a rdma.Addr, gap time.Duration) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, ep := range eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := ep.FAA(context.Background(), a, 1); err != nil {
+				t.Error(err)
+			}
+		}()
+		if gap > 0 {
+			time.Sleep(gap)
+		}
+	}
+	return &wg
+}
+
 // TestAtomicBlocksQueue: with AtomicBlocks, a READ that reaches the memory
 // node behind atomics waiting for one address waits for them too; without
 // it, it passes them.
@@ -164,16 +183,7 @@ func TestAtomicBlocksQueue(t *testing.T) {
 			ctx := context.Background()
 			one, other := eps[0].Layout().EntryAddr(1), eps[0].Layout().EntryAddr(2)
 			start := time.Now()
-			var wg sync.WaitGroup
-			for i := range 3 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, err := eps[i].FAA(ctx, one, 1); err != nil {
-						t.Error(err)
-					}
-				}()
-			}
+			wg := faas(t, eps[:3], one, 0)
 			// Arrive after the three FAAs, which take their address until
 			// rtt/2 + 3*per.
 			time.Sleep(per)
@@ -212,17 +222,7 @@ func TestAtomicUnits(t *testing.T) {
 			_, eps := setup(t, latfab.Config{Verb: rtt, AtomicPerAddr: per, AtomicUnits: c.units}, 3)
 			ctx := context.Background()
 			one, other := eps[0].Layout().EntryAddr(1), eps[0].Layout().EntryAddr(2)
-			var wg sync.WaitGroup
-			for i := range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, err := eps[i].FAA(ctx, one, 1); err != nil {
-						t.Error(err)
-					}
-				}()
-				time.Sleep(gap) // arrive in this order
-			}
+			wg := faas(t, eps[:2], one, gap) // arrive in this order
 			start := time.Now()
 			if _, err := eps[2].FAA(ctx, other, 1); err != nil {
 				t.Fatal(err)
