@@ -24,6 +24,9 @@ type Config struct {
 	// ProxyArgs are extra arguments for every proxy (e.g. -frontend).
 	ProxyArgs []string
 	WorkDir   string // state directory of the memnode, logs
+	// LogDir, when set, receives every process's whole output if the
+	// history has a violation (see topology.saveLogs).
+	LogDir string
 
 	Proxies int
 	Clients int
@@ -291,6 +294,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Elapsed: elapsed, MaxAnswer: time.Duration(c.maxAnswer.Load()), ErrorKinds: c.errKinds,
 	}
 	res.Recoveries = recoveries(hist, kills)
+	if len(res.Violations) > 0 && !cfg.Plant {
+		topo.dumpLogs(cfg.Log)
+		if cfg.LogDir != "" {
+			if err := topo.saveLogs(cfg.LogDir); err != nil {
+				fmt.Fprintf(cfg.Log, "saving the logs: %v\n", err)
+			}
+		}
+	}
 	if cfg.HA {
 		res.Failovers, res.FailoverBound = failovers(hist, fails), cfg.failoverBound()
 		if n := len(res.Failovers); n > 0 && res.Failovers[n-1] > res.FailoverBound {

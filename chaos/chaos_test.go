@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ func campaignConfig(t *testing.T) Config {
 	return Config{
 		MemnodeBin: testproc.Bin(t, "memnode"), ProxyBin: testproc.Bin(t, "proxy"), ProxyArgs: testproc.ProxyArgs(),
 		WorkDir: t.TempDir(), Clients: 24, Keys: 8, Seed: 1, Log: testLog{t},
+		LogDir: os.Getenv("CHAOS_LOG_DIR"),
 	}
 }
 

@@ -44,6 +44,11 @@ type topology struct {
 	etcd    *testproc.EtcdCluster
 	etcdCli *clientv3.Client
 	mems    []*memProc
+
+	// launched is every process started, restarted ones included, in
+	// order: a violation's cause is often in the words of a process that
+	// was killed since.
+	launched []*testproc.Proc
 }
 
 // memProc is one memory node of an HA topology.
@@ -154,6 +159,7 @@ func (t *topology) startHAMemnode(mp *memProc, ready *regexp.Regexp) error {
 	}
 	t.mu.Lock()
 	mp.p = p
+	t.launched = append(t.launched, p)
 	t.mu.Unlock()
 	return nil
 }
@@ -202,6 +208,7 @@ func (t *topology) startMemnode() error {
 	}
 	t.mu.Lock()
 	t.mem = p
+	t.launched = append(t.launched, p)
 	t.mu.Unlock()
 	return nil
 }
@@ -224,6 +231,7 @@ func (t *topology) startProxy(pp *proxyProc) error {
 	}
 	t.mu.Lock()
 	pp.p = p
+	t.launched = append(t.launched, p)
 	t.mu.Unlock()
 	return nil
 }
@@ -299,10 +307,34 @@ func (t *topology) dumpLogs(w io.Writer) {
 	}
 }
 
-// logLevel of the processes: warnings, or everything with CHAOS_DEBUG set.
+// saveLogs writes the whole output of every process the campaign started,
+// killed ones included, to dir, one file each (memnode-0.1.log is memory
+// node 0's second life).
+func (t *topology) saveLogs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lives := map[string]int{}
+	for _, p := range t.launched {
+		name := fmt.Sprintf("%s.%d.log", p.Name, lives[p.Name])
+		lives[p.Name]++
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.Output()+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logLevel of the processes: warnings; CHAOS_LOG_LEVEL chooses another
+// (info shows joins, takeovers and graces), and CHAOS_DEBUG means debug.
 func (c Config) logLevel() string {
 	if os.Getenv("CHAOS_DEBUG") != "" {
 		return "debug"
+	}
+	if l := os.Getenv("CHAOS_LOG_LEVEL"); l != "" {
+		return l
 	}
 	return "warn"
 }

@@ -335,7 +335,12 @@ func (s *Server) Leave(n rdma.NodeID) {
 	if !ok {
 		return
 	}
-	s.bury(m, time.Now(), "left")
+	// A member may leave right after a beat that pushed its horizon, before
+	// a sweep saw it, and a proxy that lost its membership leaves while its
+	// clients still believe their locks: the tomb must carry that horizon.
+	now := time.Now()
+	s.observe(m, now)
+	s.bury(m, now, "left")
 	s.stats.Leaves.Add(1)
 }
 

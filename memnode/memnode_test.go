@@ -93,3 +93,34 @@ func TestDeposedNodeRefusesEverything(t *testing.T) {
 		t.Fatalf("recovery after deposing: %v", err)
 	}
 }
+
+// A member that leaves right after a beat pushed its horizon, before any
+// sweep saw the beat, still holds up recovery until that horizon: a proxy
+// that lost its membership leaves while its clients believe their locks.
+func TestLeaveKeepsTheLastPushedHorizon(t *testing.T) {
+	// Sweeps every half hour: only Leave itself can read the beat.
+	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
+	t.Cleanup(host.Close)
+	f := memfab.New(host)
+	a, err := f.Join("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(3), 1); err != nil {
+		t.Fatal(err)
+	}
+	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, nil)
+	if err := hb.Push(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	hb.Stop()
+	_ = a.Close()
+	rep, err := host.Recover(ctx, rdma.RecoverRequest{Entry: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != rdma.RecoverRefused || rep.RetryAfter < 25*time.Second {
+		t.Fatalf("recovery of an entry the departed member may hold for 30s: %v after %v (%s)", rep.Status, rep.RetryAfter, rep.Reason)
+	}
+}
