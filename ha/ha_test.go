@@ -160,6 +160,54 @@ func TestLeaderStopsWhenEtcdIsGone(t *testing.T) {
 	}
 }
 
+// A renewal that hangs (etcd frozen, not gone) must not delay the
+// deposition past the validity the last answered renewal gave: a successor's
+// grace counts on it.
+func TestLeaderStopsOnTimeWhenEtcdHangs(t *testing.T) {
+	etcd := testproc.Etcd(t, 1)
+	cli := dial(t, etcd)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const patience = 300 * time.Millisecond
+	l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "a", Advertise: "a", TTL: time.Second, Patience: patience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Take(ctx, memnode.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.TimeToLive(ctx, clientv3.LeaseID(mustLease(t, cli)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := time.Duration(resp.GrantedTTL) * time.Second
+	if err := etcd.Freeze(0); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	select {
+	case <-l.Lost():
+		// The last answered renewal was sent before the freeze, so the
+		// validity ends within ttl + patience of it. Renewals block for
+		// ttl/2 each; 200 ms is for scheduling only.
+		if took, bound := time.Since(frozen), ttl+patience+200*time.Millisecond; took > bound {
+			t.Fatalf("stopped %v after etcd froze; the validity ends within %v", took, ttl+patience)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader kept serving with etcd frozen")
+	}
+}
+
+// mustLease is the lease of the only election key.
+func mustLease(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), ha.Prefix+"s1/election", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("election keys: %v %v", resp, err)
+	}
+	return resp.Kvs[0].Lease
+}
+
 // A follower sees each new active node.
 func TestFollowerSeesTheNewActive(t *testing.T) {
 	etcd := testproc.Etcd(t, 1)

@@ -139,14 +139,15 @@ func (l *Leader) validFor() time.Duration {
 	return time.Duration(l.validUntil.Load()) - time.Since(l.epoch)
 }
 
-// keep renews the lease four times per TTL and deposes this leader when the
-// validity runs out (a write that finds the election key gone deposes it
-// too). The session's own keep-alive is not a reason: clientv3 closes it
-// when one TTL passes without an answer, as during an etcd leader election,
-// while the lease lives on at etcd and a renewal may still reach it.
+// keep deposes this leader when its validity runs out (a write that finds
+// the election key gone deposes it too), while renew runs on its own
+// goroutine: a renewal stuck on an etcd member that died must not hold up
+// the deposition, which the successor's grace counts on to the moment. The
+// session's own keep-alive is not a reason: clientv3 closes it when one TTL
+// passes without an answer, as during an etcd leader election, while the
+// lease lives on at etcd and a renewal may still reach it.
 func (l *Leader) keep() {
-	tick := time.NewTicker(l.ttl / 4)
-	defer tick.Stop()
+	go l.renewals()
 	for {
 		wait := l.validFor()
 		if wait <= 0 {
@@ -159,9 +160,20 @@ func (l *Leader) keep() {
 			deadline.Stop()
 			return
 		case <-deadline.C:
-			// loop: the check at the top deposes
+			// loop: a renewal may have extended the validity meanwhile
+		}
+	}
+}
+
+// renewals renews the lease four times per TTL until the lead is lost.
+func (l *Leader) renewals() {
+	tick := time.NewTicker(l.ttl / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.lost:
+			return
 		case <-tick.C:
-			deadline.Stop()
 			if err := l.renew(context.Background()); err != nil {
 				l.cfg.Logger.Warn("etcd lease renewal failed", zap.Error(err),
 					zap.Duration("valid_for", l.validFor().Round(time.Millisecond)))

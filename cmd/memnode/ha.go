@@ -107,6 +107,19 @@ func serveTerm(ctx context.Context, cfg config, mcfg memnode.Config, l *ha.Leade
 	fmt.Fprintf(stdout, "memnode listening on %s\n", addr)
 	fmt.Fprintf(stdout, "memnode active for shard %s, generation %d, grace %v\n", cfg.Shard, mc.Generation, grace.Round(time.Millisecond))
 
+	// Stop serving the moment the lead is lost, whatever this loop is
+	// doing: recording members in etcd can block for a lease's length on an
+	// etcd member that died, and the successor's grace leaves no room for
+	// that (docs/reliability.md, "Why two generations never grant at once").
+	termDone := make(chan struct{})
+	defer close(termDone)
+	go func() {
+		select {
+		case <-l.Lost():
+			host.Depose(l.Why())
+		case <-termDone:
+		}
+	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	tick := time.NewTicker(time.Second)

@@ -129,6 +129,19 @@ func (c *EtcdCluster) Kill(i int) {
 	}
 }
 
+// Freeze stops member i (SIGSTOP): its connections stay open and every
+// request to it hangs, as on a machine that stalls, where a kill would be
+// refused at once.
+func (c *EtcdCluster) Freeze(i int) error {
+	c.mu.Lock()
+	p := c.procs[i]
+	c.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("etcd member %d is not running", i)
+	}
+	return p.Freeze()
+}
+
 // Endpoints are the members' client addresses.
 func (c *EtcdCluster) Endpoints() []string {
 	out := make([]string, len(c.client))
