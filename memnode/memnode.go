@@ -389,6 +389,13 @@ func (s *Server) monitor() {
 	if iv < time.Millisecond {
 		iv = time.Millisecond
 	}
+	// Saving goes through etcd, and a write to a member that died can take
+	// a lease's length; sweeps, which declare deaths and read the horizons
+	// tombs must carry, go on meanwhile.
+	saves := make(chan uint64, 1)
+	saved := make(chan struct{})
+	go s.saver(saves, saved)
+	defer func() { <-saved }()
 	t := time.NewTicker(iv)
 	defer t.Stop()
 	for {
@@ -396,12 +403,32 @@ func (s *Server) monitor() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			s.sweep(now)
+			maxMs := s.sweep(now)
+			select {
+			case <-saves: // superseded by this sweep's
+			default:
+			}
+			saves <- maxMs
 		}
 	}
 }
 
-func (s *Server) sweep(now time.Time) {
+// saver persists what the sweeps hand it, the latest first.
+func (s *Server) saver(saves <-chan uint64, saved chan<- struct{}) {
+	defer close(saved)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case maxMs := <-saves:
+			s.persist(time.Now(), maxMs)
+		}
+	}
+}
+
+// sweep declares the silent members dead and returns the longest horizon a
+// live member publishes, for the saver.
+func (s *Server) sweep(now time.Time) uint64 {
 	s.mu.Lock()
 	var maxMs uint64
 	for _, m := range s.members {
@@ -421,9 +448,7 @@ func (s *Server) sweep(now time.Time) {
 	}
 	s.tombs = kept
 	s.mu.Unlock()
-	// Saving can take a round of etcd's consensus; joins, recoveries and
-	// liveness do not wait for it.
-	s.persist(now, maxMs)
+	return maxMs
 }
 
 // persist saves a longer horizon before confirming it to members (they rely

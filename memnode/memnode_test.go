@@ -124,3 +124,46 @@ func TestLeaveKeepsTheLastPushedHorizon(t *testing.T) {
 		t.Fatalf("recovery of an entry the departed member may hold for 30s: %v after %v (%s)", rep.Status, rep.RetryAfter, rep.Reason)
 	}
 }
+
+// stuckStore is a state store whose saves never return, as etcd's do for a
+// lease's length when the member a write went to died.
+type stuckStore struct {
+	release chan struct{}
+	calls   chan struct{}
+}
+
+func (s *stuckStore) Update(func(*memnode.State) bool) error {
+	select {
+	case s.calls <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return errors.New("stuck")
+}
+
+func (s *stuckStore) Get() memnode.State { return memnode.State{} }
+
+// Liveness does not wait for saving: with every save stuck, a member that
+// goes silent is still declared dead.
+func TestSweepsGoOnWhileSavingHangs(t *testing.T) {
+	st := &stuckStore{release: make(chan struct{}), calls: make(chan struct{}, 1)}
+	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond, Store: st})
+	t.Cleanup(func() { close(st.release); host.Close() })
+	a, err := memfab.New(host).Join("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A beat with a horizon makes the next sweep save it.
+	hb := rdma.StartHeartbeat(a, func() time.Duration { return time.Second }, nil)
+	select {
+	case <-st.calls:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no save was attempted")
+	}
+	hb.Stop()
+	for end := time.Now().Add(30 * time.Second); host.Admit(a.Node()) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("a silent member is still admitted 30 s on, with a save stuck")
+		}
+	}
+}
