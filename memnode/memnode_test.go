@@ -2,6 +2,7 @@ package memnode_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -165,5 +166,34 @@ func TestSweepsGoOnWhileSavingHangs(t *testing.T) {
 		if time.Now().After(end) {
 			t.Fatal("a silent member is still admitted 30 s on, with a save stuck")
 		}
+	}
+}
+
+// A beat never publishes less than the last acknowledged one promised: the
+// memory node may never read the longer one, which a grant relies on, if a
+// shorter one computed before it overwrites the slot first.
+func TestBeatsNeverShortenThePublishedHorizon(t *testing.T) {
+	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
+	t.Cleanup(host.Close)
+	a, err := memfab.New(host).Join("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, nil)
+	defer hb.Stop()
+	if err := hb.Push(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Push(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	slot := a.Layout().NodeSlotAddr(a.Node())
+	var b [8]byte
+	if err := a.Read(ctx, rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotHorizon}, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if ms := binary.LittleEndian.Uint64(b[:]); ms < 29000 {
+		t.Fatalf("the slot publishes %d ms after a 30 s beat and a 1 s one", ms)
 	}
 }

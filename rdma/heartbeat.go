@@ -86,6 +86,14 @@ func (h *Heartbeat) Push(ctx context.Context, horizon time.Duration) error {
 	if h.err != nil {
 		return h.err
 	}
+	// The memory node reads the slot when it sweeps, so it may never see
+	// a beat that a later one overwrote; a grant may already rely on that
+	// beat. So a beat never publishes less than the last acknowledged one
+	// promised: a beat whose horizon was computed before a longer grant's
+	// push must not shorten it.
+	if keep := time.Until(h.lastOK.Add(h.lastHzn)); keep > horizon {
+		horizon = keep
+	}
 	if horizon < 0 {
 		horizon = 0
 	}
