@@ -47,6 +47,7 @@ func main() {
 	flag.BoolVar(&cfg.HA, "ha", false, "failover topology: a 3-member etcd and 2 memory nodes campaigning for the shard")
 	flag.StringVar(&cfg.EtcdBin, "etcd-bin", "", "etcd binary, with -ha (default: etcd on PATH)")
 	flag.BoolVar(&cfg.Plant, "plant-double-grant", false, "record a critical section taken without the lock: the checker must flag it")
+	flag.StringVar(&cfg.LogDir, "log-dir", "", "when the history has a violation, save every process's whole output here (CHAOS_LOG_LEVEL=info for more of it)")
 	doc := flag.String("doc", "", "rewrite the chaos section of this Markdown file")
 	frontend := flag.String("frontend", "", `RESP front end of every proxy, "gnet" or "redcon" (default: the proxy's)`)
 	proxyArgs := flag.String("proxy-args", "", "extra flags of every proxy, space-separated (e.g. -quorum-routing)")
