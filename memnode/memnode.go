@@ -546,6 +546,10 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 		s.stats.RecoveriesRef.Add(1)
 		return rdma.RecoverReply{Status: rdma.RecoverRefused, Era: era, RetryAfter: after, Reason: why}, nil
 	}
+	notYet := func(after time.Duration, why string) (rdma.RecoverReply, error) {
+		s.stats.RecoveriesRef.Add(1)
+		return rdma.RecoverReply{Status: rdma.RecoverNotYet, Era: era, RetryAfter: after, Reason: why}, nil
+	}
 	if req.Era != era {
 		s.stats.RecoveriesStale.Add(1)
 		return rdma.RecoverReply{Status: rdma.RecoverStale, Era: era, Reason: "era moved on"}, nil
@@ -583,7 +587,7 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	prober := s.prober
 	s.mu.Unlock()
 	if wait > 0 {
-		return refuse(wait, "a dead node's lease horizon has not passed")
+		return notYet(wait, "a dead node's lease horizon has not passed")
 	}
 	if len(live) > 0 && prober == nil {
 		return refuse(s.cfg.HeartbeatInterval, "no prober to ask live members")
@@ -610,7 +614,7 @@ func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	for _, t := range s.tombs {
 		if t.horizon.After(time.Now()) {
 			s.mu.Unlock()
-			return refuse(time.Until(t.horizon), "a node died during recovery")
+			return notYet(time.Until(t.horizon), "a node died during recovery")
 		}
 	}
 	s.mu.Unlock()

@@ -121,7 +121,7 @@ func TestLeaveKeepsTheLastPushedHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Status != rdma.RecoverRefused || rep.RetryAfter < 25*time.Second {
+	if rep.Status != rdma.RecoverNotYet || rep.RetryAfter < 25*time.Second {
 		t.Fatalf("recovery of an entry the departed member may hold for 30s: %v after %v (%s)", rep.Status, rep.RetryAfter, rep.Reason)
 	}
 }

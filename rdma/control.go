@@ -125,9 +125,14 @@ const (
 	RecoverDone RecoverStatus = iota + 1
 	// RecoverStale: the era moved on; someone already recovered. Re-read.
 	RecoverStale
-	// RecoverRefused: not safe (yet), e.g. the suspect is alive or its lease
-	// horizon has not passed. Wait RetryAfter and look again.
+	// RecoverRefused: not safe (yet), e.g. the suspect is alive or holds the
+	// entry. RetryAfter is a hint; a waiter backs off from it, so that a
+	// lock held for long does not turn its waiters into a probe storm.
 	RecoverRefused
+	// RecoverNotYet: nobody alive holds the entry, but a dead node's lease
+	// horizon has not passed. RetryAfter is exactly when it will have: ask
+	// again then, whatever earlier refusals backed off to.
+	RecoverNotYet
 )
 
 func (s RecoverStatus) String() string {
@@ -138,6 +143,8 @@ func (s RecoverStatus) String() string {
 		return "stale"
 	case RecoverRefused:
 		return "refused"
+	case RecoverNotYet:
+		return "not yet"
 	}
 	return "unknown"
 }

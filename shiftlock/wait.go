@@ -233,6 +233,12 @@ func (w *waiter) check(ctx context.Context) error {
 			back = rep.RetryAfter
 		}
 		w.nextCheck = now.Add(back)
+	case rdma.RecoverNotYet:
+		// The horizon's end is exact, and nothing else stands in the way
+		// as far as the memory node knows: ask right then. Backing off
+		// from earlier refusals (the suspect not yet declared dead) would
+		// overshoot it by seconds.
+		w.nextCheck = now.Add(rep.RetryAfter)
 	}
 	return nil
 }
