@@ -139,6 +139,19 @@ func (l *Leader) validFor() time.Duration {
 	return time.Duration(l.validUntil.Load()) - time.Since(l.epoch)
 }
 
+// Valid reports whether serving is still safe: the lead is not known lost
+// and the lease's validity has not run out, whether or not the keeper has
+// noticed yet (a process that wakes from a pause runs its verb handlers and
+// its timers in no particular order). It is memnode.Config.Valid.
+func (l *Leader) Valid() bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	return l.validFor() > 0
+}
+
 // keep deposes this leader when its validity runs out (a write that finds
 // the election key gone deposes it too), while renew runs on its own
 // goroutine: a renewal stuck on an etcd member that died must not hold up
@@ -226,6 +239,7 @@ func (l *Leader) Take(ctx context.Context, cfg memnode.Config) (memnode.Config, 
 		cfg.GraceUntil = until
 	}
 	cfg.Store = l
+	cfg.Valid = l.Valid
 	return cfg, grace, nil
 }
 

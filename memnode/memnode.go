@@ -62,6 +62,11 @@ type Config struct {
 	// package ha for a memory node whose state lives in etcd); nil: a
 	// table that nothing outlives.
 	Store StateStore
+	// Valid, when set, tells whether this node may still serve (package
+	// ha: its etcd lease's validity). It is checked on every frame, join
+	// and recovery, so that a process that wakes from a pause past its
+	// validity serves nothing before its keeper has deposed it.
+	Valid func() bool
 
 	Logger *zap.Logger
 }
@@ -254,6 +259,19 @@ func (s *Server) Depose(why string) {
 	}
 }
 
+// stopped says why this node may not serve, or "": deposed, or past the
+// validity Config.Valid reports (which deposes it on the spot).
+func (s *Server) stopped() string {
+	if why := s.deposed.Load(); why != nil {
+		return *why
+	}
+	if v := s.cfg.Valid; v != nil && !v() {
+		s.Depose("its lease ran out")
+		return *s.deposed.Load()
+	}
+	return ""
+}
+
 func (s *Server) regionInfos() []rdma.RegionInfo {
 	rs := []rdma.RegionInfo{s.locks.Info(), s.eras.Info(), s.nodes.Info()}
 	if s.ranges != nil {
@@ -264,8 +282,8 @@ func (s *Server) regionInfos() []rdma.RegionInfo {
 
 // Admit fails for nodes that are not live members: their access is revoked.
 func (s *Server) Admit(n rdma.NodeID) error {
-	if why := s.deposed.Load(); why != nil {
-		return fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnreachable, *why)
+	if why := s.stopped(); why != "" {
+		return fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnreachable, why)
 	}
 	if int(n) < len(s.state) {
 		switch nodeState(s.state[n].Load()) {
@@ -282,8 +300,8 @@ func (s *Server) Admit(n rdma.NodeID) error {
 // not reused while they may still appear in lock entries or in flight.
 func (s *Server) Join(req rdma.JoinRequest) (rdma.JoinReply, error) {
 	now := time.Now()
-	if why := s.deposed.Load(); why != nil {
-		return rdma.JoinReply{}, fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnavailable, *why)
+	if why := s.stopped(); why != "" {
+		return rdma.JoinReply{}, fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnavailable, why)
 	}
 	if wait := s.cfg.GraceUntil.Sub(now); wait > 0 {
 		return rdma.JoinReply{}, fmt.Errorf("%w: restart grace, retry in %v", rdma.ErrUnavailable, wait.Round(time.Millisecond))
@@ -530,8 +548,8 @@ func (s *Server) observe(m *member, now time.Time) uint64 {
 // no live member holds it and every recently dead member's lease horizon has
 // passed. See docs/recovery-design.md for the argument.
 func (s *Server) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.RecoverReply, error) {
-	if why := s.deposed.Load(); why != nil {
-		return rdma.RecoverReply{}, fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnreachable, *why)
+	if why := s.stopped(); why != "" {
+		return rdma.RecoverReply{}, fmt.Errorf("%w: memory node deposed: %s", rdma.ErrUnreachable, why)
 	}
 	if req.Entry >= s.cfg.Entries {
 		return rdma.RecoverReply{}, fmt.Errorf("%w: entry %d out of range", rdma.ErrBadRequest, req.Entry)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,5 +196,35 @@ func TestBeatsNeverShortenThePublishedHorizon(t *testing.T) {
 	}
 	if ms := binary.LittleEndian.Uint64(b[:]); ms < 29000 {
 		t.Fatalf("the slot publishes %d ms after a 30 s beat and a 1 s one", ms)
+	}
+}
+
+// A node past the validity Config.Valid reports serves nothing, before
+// anyone has deposed it: a process that wakes from a pause must not answer
+// the verbs queued for it while its keeper has yet to run.
+func TestPastItsValidityServesNothing(t *testing.T) {
+	var valid atomic.Bool
+	valid.Store(true)
+	host := memnode.New(memnode.Config{Entries: 16, Valid: valid.Load})
+	t.Cleanup(host.Close)
+	f := memfab.New(host)
+	a, err := f.Join("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); err != nil {
+		t.Fatalf("verb while valid: %v", err)
+	}
+	valid.Store(false)
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("verb past the validity: %v", err)
+	}
+	valid.Store(true) // deposed for good, even if the validity came back
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
+		t.Fatalf("verb after deposing: %v", err)
+	}
+	if _, err := f.Join("b"); !errors.Is(err, rdma.ErrUnavailable) {
+		t.Fatalf("join after deposing: %v", err)
 	}
 }
