@@ -85,14 +85,22 @@ func TestDeposedNodeRefusesEverything(t *testing.T) {
 		t.Fatalf("verb before deposing: %v", err)
 	}
 	host.Depose("a successor leads the shard")
+	servesNothing(t, host, f, a, "after deposing")
+}
+
+// servesNothing checks that host refuses member a's verbs, new joins and
+// recovery requests.
+func servesNothing(t *testing.T, host *memnode.Server, f *memfab.Fabric, a *memfab.Endpoint, when string) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
-		t.Fatalf("member's verb after deposing: %v", err)
+		t.Fatalf("member's verb %s: %v", when, err)
 	}
 	if _, err := f.Join("b"); !errors.Is(err, rdma.ErrUnavailable) {
-		t.Fatalf("join after deposing: %v", err)
+		t.Fatalf("join %s: %v", when, err)
 	}
 	if _, err := host.Recover(ctx, rdma.RecoverRequest{Entry: 0}); !errors.Is(err, rdma.ErrUnreachable) {
-		t.Fatalf("recovery after deposing: %v", err)
+		t.Fatalf("recovery %s: %v", when, err)
 	}
 }
 
@@ -221,10 +229,5 @@ func TestPastItsValidityServesNothing(t *testing.T) {
 		t.Fatalf("verb past the validity: %v", err)
 	}
 	valid.Store(true) // deposed for good, even if the validity came back
-	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); !errors.Is(err, rdma.ErrUnreachable) {
-		t.Fatalf("verb after deposing: %v", err)
-	}
-	if _, err := f.Join("b"); !errors.Is(err, rdma.ErrUnavailable) {
-		t.Fatalf("join after deposing: %v", err)
-	}
+	servesNothing(t, host, f, a, "after the validity came back")
 }
