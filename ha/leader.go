@@ -98,7 +98,16 @@ func Campaign(ctx context.Context, cli *clientv3.Client, cfg LeaderConfig) (*Lea
 	l := &Leader{cli: cli, cfg: cfg, sess: sess, ttl: time.Duration(grant.TTL) * time.Second, lost: make(chan struct{}), epoch: time.Now()}
 	l.elec = concurrency.NewElection(sess, electionPrefix(cfg.Shard))
 	cfg.Logger.Info("campaigning for shard", zap.String("shard", cfg.Shard), zap.Duration("lease", l.ttl))
-	if err := l.elec.Campaign(ctx, cfg.Advertise); err != nil {
+	// A standby renews its lease itself while it waits, as the leader does:
+	// the session's keep-alive gives up after one TTL without an answer
+	// (an etcd member killed), the lease then expires, and a standby that
+	// wins finds it gone and has to campaign again, which in CI added
+	// 3.5 s to a failover.
+	waiting := make(chan struct{})
+	go l.renewUntil(ctx, waiting)
+	err = l.elec.Campaign(ctx, cfg.Advertise)
+	close(waiting)
+	if err != nil {
 		_ = sess.Close()
 		return nil, fmt.Errorf("ha: campaign: %w", err)
 	}
@@ -179,15 +188,21 @@ func (l *Leader) keep() {
 }
 
 // renewals renews the lease four times per TTL until the lead is lost.
-func (l *Leader) renewals() {
+func (l *Leader) renewals() { l.renewUntil(context.Background(), l.lost) }
+
+// renewUntil renews the lease four times per TTL until done is closed or
+// ctx ends.
+func (l *Leader) renewUntil(ctx context.Context, done <-chan struct{}) {
 	tick := time.NewTicker(l.ttl / 4)
 	defer tick.Stop()
 	for {
 		select {
-		case <-l.lost:
+		case <-done:
+			return
+		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := l.renew(context.Background()); err != nil {
+			if err := l.renew(ctx); err != nil {
 				l.cfg.Logger.Warn("etcd lease renewal failed", zap.Error(err),
 					zap.Duration("valid_for", l.validFor().Round(time.Millisecond)))
 			}
