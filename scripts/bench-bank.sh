@@ -46,7 +46,7 @@ WARMUP=${WARMUP:-3s}
 CLIENTS=${CLIENTS:-64}
 HOTSPOT=${HOTSPOT:-hotspot:0.01:90}
 SKEWS=${SKEWS:-uniform zipf:0.99 $HOTSPOT}
-SERIES=${SERIES:-redlock-1 redlock-3 proxy proxy-3 proxy-3-unrouted proxy-embedded native none}
+SERIES=${SERIES:-redlock-1 redlock-3 proxy proxy-3 proxy-3-unrouted proxy-embedded native none null null-3}
 MOBILE_SERIES=${MOBILE_SERIES:-redlock-1 proxy proxy-embedded native}
 PAPER_CLIENTS=${PAPER_CLIENTS:-240}
 PAPER_SERIES=${PAPER_SERIES:-redlock-rs redlock-1 proxy native none}
@@ -66,7 +66,7 @@ mkdir -p "$LOGS" "$IMG"
 
 t0=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/bank || exit 1
+go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/bank ./cmd/proxybench || exit 1
 
 start_redis || exit 1; DATA=$ADDR; DATA_PID=$PID
 LOCKS=(); LOCK_PIDS=()
@@ -86,7 +86,16 @@ for i in 1 2 3; do
 	ROUTED+=("$ADDR"); ROUTED_PIDS+=("$PID")
 done
 start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn || exit 1; EMBEDDED=$ADDR; EMBEDDED_PID=$PID
-echo "bench-bank: data $DATA, lock redis ${LOCKS[*]}, memnode $MEMNODE, proxies ${PROXIES[*]}, routed proxies ${ROUTED[*]}, embedded $EMBEDDED"
+# Null lock servers (null, null-3): the proxy's RESP front end (gnet, one
+# event loop, redcon's parser) answering SET with +OK and the release script
+# with 1, locking nothing. What redsync reaches against them is the most any
+# RESP lock server could give it on this machine, measured in the same round.
+NULLS=(); NULL_PIDS=()
+for i in 1 2 3; do
+	start_listener "null$i" bin/proxybench -serve-null 127.0.0.1:0 -null-kind gnet || exit 1
+	NULLS+=("$ADDR"); NULL_PIDS+=("$PID")
+done
+echo "bench-bank: data $DATA, lock redis ${LOCKS[*]}, memnode $MEMNODE, proxies ${PROXIES[*]}, routed proxies ${ROUTED[*]}, embedded $EMBEDDED, null servers ${NULLS[*]}"
 
 load_t0=$(date +%s)
 bin/bank load -redis "$DATA" -accounts "$ACCOUNTS" -quiet || exit 1
@@ -114,6 +123,8 @@ series_args() { # setup series -> bank run flags
 	native) echo "-locker native -memnode $MEMNODE" ;;
 	native-fenced) echo "-locker native -memnode $MEMNODE -fence -as native-fenced" ;;
 	none) echo "-locker none" ;;
+	null) echo "-locker proxy -proxy ${NULLS[0]} -as null" ;;
+	null-3) echo "-locker proxy -proxy ${NULLS[0]},${NULLS[1]},${NULLS[2]} -as null-3" ;;
 	*) echo "unknown series $2" >&2; exit 1 ;;
 	esac
 }
@@ -129,7 +140,14 @@ series_cpu() { # setup series -> bank run -cpu flags: the data redis-server and 
 	proxy-3-unrouted) echo "-cpu lock:proxy1=${PROXY_PIDS[0]} -cpu lock:proxy2=${PROXY_PIDS[1]} -cpu lock:proxy3=${PROXY_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
 	proxy-embedded) echo "-cpu lock:proxy=$EMBEDDED_PID" ;;
 	native | native-fenced) echo "-cpu lock:memnode=$MEMNODE_PID" ;;
+	null) echo "-cpu lock:null=${NULL_PIDS[0]}" ;;
+	null-3) echo "-cpu lock:null1=${NULL_PIDS[0]} -cpu lock:null2=${NULL_PIDS[1]} -cpu lock:null3=${NULL_PIDS[2]}" ;;
 	esac
+}
+
+unlocked() { # series -> whether its audit is meant to fail: no lock, or locks that run out
+	case $1 in none | redlock-rs | null | null-3) return 0 ;; esac
+	return 1
 }
 
 failed=0
@@ -142,7 +160,7 @@ one() { # setup mix skew series run
 	if bin/bank run -redis "$DATA" -mix "$mix" -skew "$skew" -warmup "$WARMUP" -duration "$DURATION" \
 		-run "$r" -quiet -out "$file" -csv "$OUT/runs.csv" $(series_args "$setup" "$s") $(series_cpu "$setup" "$s") >"$LOGS/last.out" 2>&1; then
 		:
-	elif [ ! -s "$file" ] || { [ "$s" != none ] && [ "$s" != redlock-rs ]; }; then # their audits are meant to fail
+	elif [ ! -s "$file" ] || ! unlocked "$s"; then
 		failed=$((failed + 1))
 		echo "bench-bank: FAILED: $mix $skew $s run $r" >&2
 		cat "$LOGS/last.out" >&2
@@ -183,7 +201,10 @@ Setup, all processes on loopback: the bank's data in one \`redis-server\` ($ACCO
 \`proxy\` processes joined to it: three plain ones (proxy uses the first, proxy-3-unrouted all three) and three with
 \`quorum_routing\` (proxy-3: RedLock quorum on one memory node, as docs/compatibility.md advises running it); one \`proxy\`
 with its embedded memory node (proxy-embedded, the \`make run\` setup). Every series but native and none is the *same*
-redsync v4.18.1 code with its defaults, only pointed elsewhere. $CLIENTS clients, $WARMUP warm-up, $DURATION measured,
+redsync v4.18.1 code with its defaults, only pointed elsewhere. null and null-3 point it at one and at three *null lock
+servers*: the proxy's RESP front end (gnet, one event loop, redcon's parser) answering \`SET\` with +OK and the release
+script with 1, locking nothing (\`proxybench -serve-null\`). Their audits fail, as none's do; their goodput and CPU are the
+most a lock server on the proxy's front end could give this client on this machine, in the same round. $CLIENTS clients, $WARMUP warm-up, $DURATION measured,
 $RUNS rounds; each round runs every series once, in an order rotated from round to round. Figures are medians over
 rounds; ratios are taken within a round (same machine state) and their median is shown with the per-round values.
 Transactions whose locks could not be had are retried (up to 4 attempts, latency from the first); "dropped" counts those
