@@ -203,7 +203,7 @@ Setup, all processes on loopback: the bank's data in one \`redis-server\` ($ACCO
 with its embedded memory node (proxy-embedded, the \`make run\` setup). Every series but native and none is the *same*
 redsync v4.18.1 code with its defaults, only pointed elsewhere. null and null-3 point it at one and at three *null lock
 servers*: the proxy's RESP front end (gnet, one event loop, redcon's parser) answering \`SET\` with +OK and the release
-script with 1, locking nothing (\`proxybench -serve-null\`). Their audits fail, as none's do; their goodput and CPU are the
+script with 1, locking nothing (\`proxybench -serve-null\`). Their audits may fail, as none's do; their goodput and CPU are the
 most a lock server on the proxy's front end could give this client on this machine, in the same round. $CLIENTS clients, $WARMUP warm-up, $DURATION measured,
 $RUNS rounds; each round runs every series once, in an order rotated from round to round. Figures are medians over
 rounds; ratios are taken within a round (same machine state) and their median is shown with the per-round values.
