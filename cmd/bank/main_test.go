@@ -112,6 +112,8 @@ func TestReportCPU(t *testing.T) {
 		run("proxy", 2, 1200, proc("client", "bank", 60), proc("data", "redis", 20), proc("lock", "proxy", 30), proc("lock", "memnode", 6)),
 		run("proxy-embedded", 1, 1300), // an old result: no CPU
 		run("none", 1, 3000, proc("client", "bank", 40), proc("data", "redis", 25)),
+		run("null", 1, 1400, proc("client", "bank", 60), proc("data", "redis", 20), proc("lock", "null", 20)),
+		run("null", 2, 1500, proc("client", "bank", 60), proc("data", "redis", 20), proc("lock", "null", 50)),
 	}
 	gs := groupResults(rs)
 	md := markdown(gs, func(*group) string { return "" }) + judge(gs)
@@ -128,6 +130,9 @@ func TestReportCPU(t *testing.T) {
 		"| uniform | proxy-embedded goodput >= 1.2x redlock-1 | 1.3x (1.30) | met |",
 		"| uniform | proxy-3 goodput >= 1.0x redlock-1 | not measured | - |",
 		"| uniform | bound: none / redlock-1 goodput (no locker can do better) | 3x (3.00) | - |",
+		"| uniform | bound: null / redlock-1 goodput (no lock server on the proxy's front end can do better) | 1.45x (1.40, 1.50) | - |",
+		"| uniform | bound: null / redlock-1 lock-side CPU per txn (the proxy's front end with no lock work) | 0.875x (0.50, 1.25) | - |",
+		"| proxy / null | **0.79x** (0.79, 0.80) | 1.000x | 1.000x (1.00, 1.00) | 1.61x (2.50, 0.72) |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -158,6 +158,8 @@ func TestSmoke(t *testing.T) {
 		"| uncontended SET NX PX + release, p50 at most 1.0x redis's | proxy |",
 		"| distinct keys, cycles/s at least 1.2x redis's | proxy |",
 		"| distinct keys, server CPU per cycle at most redis's (1.0x) | proxy-quiet |",
+		"| bound: distinct keys, cycles/s against redis's with no lock work | null gnet |",
+		"| bound: distinct keys, server CPU per cycle against redis's with no lock work | null redcon |",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
