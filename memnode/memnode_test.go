@@ -53,9 +53,7 @@ func TestHeartbeatKeepsAliveAndSilenceFences(t *testing.T) {
 }
 
 func TestHeartbeatLearnsItWasFenced(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond})
-	t.Cleanup(host.Close)
-	a, _ := memfab.New(host).Join("a")
+	host, _, a := joinOne(t, memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond})
 	// Declared dead before it ever beats.
 	for end := time.Now().Add(30 * time.Second); host.Admit(a.Node()) == nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
@@ -70,16 +68,24 @@ func TestHeartbeatLearnsItWasFenced(t *testing.T) {
 	}
 }
 
-// A deposed memory node serves nobody again: its members' verbs, new joins
-// and recovery requests are all refused.
-func TestDeposedNodeRefusesEverything(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 16})
+// joinOne starts a memory node with cfg, closed when the test ends, and
+// joins one member, "a", to it over memfab.
+func joinOne(t *testing.T, cfg memnode.Config) (*memnode.Server, *memfab.Fabric, *memfab.Endpoint) {
+	t.Helper()
+	host := memnode.New(cfg)
 	t.Cleanup(host.Close)
 	f := memfab.New(host)
 	a, err := f.Join("a")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return host, f, a
+}
+
+// A deposed memory node serves nobody again: its members' verbs, new joins
+// and recovery requests are all refused.
+func TestDeposedNodeRefusesEverything(t *testing.T) {
+	host, f, a := joinOne(t, memnode.Config{Entries: 16})
 	ctx := context.Background()
 	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); err != nil {
 		t.Fatalf("verb before deposing: %v", err)
@@ -109,13 +115,7 @@ func servesNothing(t *testing.T, host *memnode.Server, f *memfab.Fabric, a *memf
 // that lost its membership leaves while its clients believe their locks.
 func TestLeaveKeepsTheLastPushedHorizon(t *testing.T) {
 	// Sweeps every half hour: only Leave itself can read the beat.
-	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
-	t.Cleanup(host.Close)
-	f := memfab.New(host)
-	a, err := f.Join("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	host, _, a := joinOne(t, memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
 	ctx := context.Background()
 	if _, err := a.FAA(ctx, a.Layout().EntryAddr(3), 1); err != nil {
 		t.Fatal(err)
@@ -157,12 +157,8 @@ func (s *stuckStore) Get() memnode.State { return memnode.State{} }
 // goes silent is still declared dead.
 func TestSweepsGoOnWhileSavingHangs(t *testing.T) {
 	st := &stuckStore{release: make(chan struct{}), calls: make(chan struct{}, 1)}
-	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond, Store: st})
-	t.Cleanup(func() { close(st.release); host.Close() })
-	a, err := memfab.New(host).Join("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	host, _, a := joinOne(t, memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 50 * time.Millisecond, Store: st})
+	t.Cleanup(func() { close(st.release) }) // runs before host.Close: a hung save must end first
 	// A beat with a horizon makes the next sweep save it.
 	hb := rdma.StartHeartbeat(a, func() time.Duration { return time.Second }, nil)
 	select {
@@ -182,12 +178,7 @@ func TestSweepsGoOnWhileSavingHangs(t *testing.T) {
 // memory node may never read the longer one, which a grant relies on, if a
 // shorter one computed before it overwrites the slot first.
 func TestBeatsNeverShortenThePublishedHorizon(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
-	t.Cleanup(host.Close)
-	a, err := memfab.New(host).Join("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, a := joinOne(t, memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
 	ctx := context.Background()
 	hb := rdma.StartHeartbeat(a, func() time.Duration { return 0 }, nil)
 	defer hb.Stop()
@@ -213,13 +204,7 @@ func TestBeatsNeverShortenThePublishedHorizon(t *testing.T) {
 func TestPastItsValidityServesNothing(t *testing.T) {
 	var valid atomic.Bool
 	valid.Store(true)
-	host := memnode.New(memnode.Config{Entries: 16, Valid: valid.Load})
-	t.Cleanup(host.Close)
-	f := memfab.New(host)
-	a, err := f.Join("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	host, f, a := joinOne(t, memnode.Config{Entries: 16, Valid: valid.Load})
 	ctx := context.Background()
 	if _, err := a.FAA(ctx, a.Layout().EntryAddr(0), 1); err != nil {
 		t.Fatalf("verb while valid: %v", err)
