@@ -553,6 +553,7 @@ func (m *Map) releaseGrantAsync(d *Doorbell, g *grant) {
 // finishRelease completes a release staged by releaseGrantAsync.
 func (m *Map) finishRelease(g *grant, r shiftlock.StagedRelease, postErr error) {
 	rest, err := r.Finish(postErr)
+	m.released(g) // the atomic has landed: the lock is the successor's
 	if rest != nil {
 		go func() {
 			if err := rest(); err != nil {

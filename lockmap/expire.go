@@ -85,6 +85,15 @@ func (e *expirer) remove(h *hold) {
 	e.mu.Unlock()
 }
 
+// poke makes the goroutine look at the heap now: a command found holds past
+// their deadline before their timer fired.
+func (e *expirer) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (e *expirer) run() {
 	defer close(e.done)
 	t := time.NewTimer(time.Hour)

@@ -79,6 +79,11 @@ type Map struct {
 	draining atomic.Bool
 
 	excl exclTable
+	// releasing counts this proxy's releases in flight per lock entry: a
+	// Lookup that finds the entry held waits for them to land, so that a
+	// key whose lock is on its way out (an expiry the key's own client
+	// races) does not look held through another proxy.
+	releasing exclTable
 
 	rng ranges // range locks (ranges.go)
 
@@ -106,11 +111,66 @@ type hold struct {
 	since    time.Time // when it was granted
 	g        *grant    // nil for a pure shadow
 	dead     bool      // released or expired; the expirer skips it
-	expAt    time.Time
-	expIdx   int // index in the expirer's heap, -1 if not there (guarded by the expirer)
+	// reaped: unlinked by a command that found its TTL over before the
+	// expirer did; the expirer, which still has it scheduled, releases its
+	// grant (guarded by the shard's lock).
+	reaped bool
+	expAt  time.Time
+	expIdx int // index in the expirer's heap, -1 if not there (guarded by the expirer)
 	// self backs the shard's slice for a key whose only hold this is,
 	// the common case, so that recording a hold allocates no slice.
 	self [1]*hold
+}
+
+// live reports whether h is in force at now. A hold with a TTL ends at the
+// instant of its deadline for every command, as a Redis key does, whether or
+// not the expirer has got to it yet: on a loaded process timers run late, and
+// a lock that could still be extended or released after its deadline could
+// be extended after another client was told it was free.
+func (h *hold) live(now time.Time) bool { return h.deadline.IsZero() || now.Before(h.deadline) }
+
+// current returns key's holds in force and unlinks those whose TTL has run
+// out; s.mu is held. An unlinked hold's grant stays taken until the expirer,
+// which still has the hold scheduled, releases it: if reaped is true, poke
+// the expirer once the lock is dropped. The clock is read only if some hold
+// has a TTL.
+func (s *shard) current(key string) (hs []*hold, reaped bool) {
+	hs = s.keys[key]
+	var now time.Time
+	for _, h := range hs {
+		if h.deadline.IsZero() {
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		if !h.live(now) {
+			reaped = true
+			break
+		}
+	}
+	if !reaped {
+		return hs, false
+	}
+	kept := hs[:0]
+	for _, h := range hs {
+		if h.live(now) {
+			kept = append(kept, h)
+			continue
+		}
+		h.dead, h.reaped = true, true
+	}
+	clear(hs[len(kept):])
+	if len(kept) == 0 {
+		delete(s.keys, key)
+	} else {
+		s.keys[key] = kept
+	}
+	if s.gone != nil {
+		close(s.gone)
+		s.gone = nil
+	}
+	return kept, true
 }
 
 // A shadow is a hold whose lock is held by its owner through another proxy
@@ -577,6 +637,17 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 		gr.refs--
 	}
 	grantMu.Unlock()
+	for _, r := range refresh {
+		if !m.setDeadline(r, end, opt.TTL) {
+			// Its TTL ran out meanwhile: the key is no longer this
+			// token's, so the acquire as a whole did not happen.
+			for _, h := range holds {
+				var buf [1]*hold
+				m.releaseHolds(m.remove(h.key, func(x *hold) bool { return x == h }, buf[:0]))
+			}
+			return false, nil
+		}
+	}
 	// The client is about to be told: from now on other proxies may
 	// recognise this holder as their client's too.
 	if tag != 0 {
@@ -585,9 +656,6 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 				sg.Vouch()
 			}
 		}
-	}
-	for _, h := range refresh {
-		m.setDeadline(h, end, opt.TTL)
 	}
 	for i, k := range keys {
 		for _, h := range refresh {
@@ -674,22 +742,24 @@ func (m *Map) record(holds []*hold) bool {
 		s := m.shard(h.key)
 		s.mu.Lock()
 		conflict := false
+		cur, reaped := s.current(h.key)
 		if h.mode == shiftlock.Exclusive {
-			for _, o := range s.keys[h.key] {
+			for _, o := range cur {
 				if o.token != h.token {
 					conflict = true
 				}
 			}
 		}
 		if !conflict {
-			if hs := s.keys[h.key]; len(hs) > 0 {
-				s.keys[h.key] = append(hs, h)
+			if len(cur) > 0 {
+				s.keys[h.key] = append(cur, h)
 			} else {
 				h.self[0] = h
 				s.keys[h.key] = h.self[:]
 			}
 		}
 		s.mu.Unlock()
+		m.reaped(reaped)
 		if conflict {
 			for _, r := range holds[:i] {
 				var buf [1]*hold
@@ -792,13 +862,14 @@ var tagGrace = 2 * time.Millisecond // a variable for tests only
 func (m *Map) heldByOther(key, token string) bool {
 	s := m.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, h := range s.keys[key] {
-		if h.token != token {
-			return true
-		}
+	hs, reaped := s.current(key)
+	other := false
+	for _, h := range hs {
+		other = other || h.token != token
 	}
-	return false
+	s.mu.Unlock()
+	m.reaped(reaped)
+	return other
 }
 
 // awaitOthersGone waits until no key has a hold of another token here, or
@@ -846,16 +917,20 @@ func (m *Map) awaitOthersGone(ctx context.Context, keys []string, token string, 
 func (m *Map) otherHoldSignal(key, token string) <-chan struct{} {
 	s := m.shard(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, h := range s.keys[key] {
+	hs, reaped := s.current(key)
+	var ch chan struct{}
+	for _, h := range hs {
 		if h.token != token {
 			if s.gone == nil {
 				s.gone = make(chan struct{})
 			}
-			return s.gone
+			ch = s.gone
+			break
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	m.reaped(reaped)
+	return ch
 }
 
 // holdsOf returns token's hold of key, if any, and whether another token
@@ -863,7 +938,8 @@ func (m *Map) otherHoldSignal(key, token string) <-chan struct{} {
 func (m *Map) holdsOf(key, token string) (mine *hold, others bool) {
 	s := m.shard(key)
 	s.mu.Lock()
-	for _, h := range s.keys[key] {
+	hs, reaped := s.current(key)
+	for _, h := range hs {
 		if h.token == token {
 			mine = h
 		} else {
@@ -871,42 +947,51 @@ func (m *Map) holdsOf(key, token string) (mine *hold, others bool) {
 		}
 	}
 	s.mu.Unlock()
+	m.reaped(reaped)
 	return mine, others
 }
 
 func (m *Map) find(key, token string) *hold {
-	s := m.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, h := range s.keys[key] {
-		if h.token == token {
-			return h
-		}
-	}
-	return nil
+	mine, _ := m.holdsOf(key, token)
+	return mine
 }
 
-func (m *Map) setDeadline(h *hold, end time.Time, ttl time.Duration) {
+// setDeadline gives h a new deadline (zero: none), if h is still in force
+// now: a hold whose TTL ran out while the caller was deciding stays gone.
+func (m *Map) setDeadline(h *hold, end time.Time, ttl time.Duration) bool {
 	s := m.shard(h.key)
 	s.mu.Lock()
+	_, reaped := s.current(h.key)
 	if h.dead {
 		s.mu.Unlock()
-		return
+		m.reaped(reaped)
+		return false
 	}
 	h.deadline, h.ttl = end, ttl
 	s.mu.Unlock()
+	m.reaped(reaped)
 	if !end.IsZero() {
 		m.exp.add(h, end)
+	}
+	return true
+}
+
+// reaped wakes the expirer to release the grants of holds that a command
+// found past their TTL (shard.current), if it found any.
+func (m *Map) reaped(any bool) {
+	if any {
+		m.exp.poke()
 	}
 }
 
 // remove unlinks holds of key that match and appends them to out; the
-// caller releases their grants outside the shard lock.
+// caller releases their grants outside the shard lock. Holds past their TTL
+// never match: they are gone already, and the expirer releases them.
 func (m *Map) remove(key string, match func(*hold) bool, out []*hold) []*hold {
 	s := m.shard(key)
 	s.mu.Lock()
 	n := len(out)
-	hs := s.keys[key]
+	hs, reaped := s.current(key)
 	kept := hs[:0]
 	for _, h := range hs {
 		if match(h) {
@@ -927,6 +1012,7 @@ func (m *Map) remove(key string, match func(*hold) bool, out []*hold) []*hold {
 		s.gone = nil
 	}
 	s.mu.Unlock()
+	m.reaped(reaped)
 	for _, h := range out[n:] {
 		m.exp.remove(h)
 	}
@@ -941,14 +1027,18 @@ func (m *Map) releaseGrant(g *grant) {
 
 // lastRef drops one reference to g and reports whether it was the last;
 // the grant then no longer counts as this proxy's exclusive hold of its
-// entry.
+// entry, and counts as a release in flight until the caller's release of it
+// has landed (released).
 func (m *Map) lastRef(g *grant) bool {
 	grantMu.Lock()
 	g.refs--
 	last := g.refs <= 0
 	grantMu.Unlock()
-	if last && g.excl {
-		m.countExcl(g, -1)
+	if last {
+		m.releasing.add(g.dom, g.entry, 1)
+		if g.excl {
+			m.countExcl(g, -1)
+		}
 	}
 	if last && g.home != nil {
 		g.home.r.forget(g.home)
@@ -956,10 +1046,14 @@ func (m *Map) lastRef(g *grant) bool {
 	return last
 }
 
+// released ends the in-flight count lastRef started for g.
+func (m *Map) released(g *grant) { m.releasing.add(g.dom, g.entry, -1) }
+
 func (m *Map) releaseLast(g *grant) {
 	if err := g.g.Release(context.Background()); err != nil {
 		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
 	}
+	m.released(g)
 }
 
 func (m *Map) releaseHolds(hs []*hold) {
@@ -1008,13 +1102,15 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 	}
 	s := m.shard(key)
 	s.mu.Lock()
+	cur, reaped := s.current(key)
 	var hs []*hold
-	for _, h := range s.keys[key] {
+	for _, h := range cur {
 		if token == "" || h.token == token {
 			hs = append(hs, h)
 		}
 	}
 	s.mu.Unlock()
+	m.reaped(reaped)
 	if len(hs) == 0 {
 		return false, nil
 	}
@@ -1040,8 +1136,9 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 			m.Release(key, h.token) // the home let it go: so does this instance
 			continue
 		}
-		m.setDeadline(h, end, ttl)
-		extended++
+		if m.setDeadline(h, end, ttl) {
+			extended++
+		}
 	}
 	if len(local) == 0 {
 		return extended > 0, nil
@@ -1056,10 +1153,15 @@ func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) 
 			return false, err
 		}
 	}
+	// A hold whose TTL ran out while the lease was being extended stays
+	// gone: Redis would have answered 0 had the command come that late.
+	done := extended > 0
 	for _, h := range hs {
-		m.setDeadline(h, end, ttl)
+		if m.setDeadline(h, end, ttl) {
+			done = true
+		}
 	}
-	return true, nil
+	return done, nil
 }
 
 // Persist removes key's TTL (Redis PERSIST).
@@ -1067,7 +1169,8 @@ func (m *Map) Persist(key string) bool {
 	s := m.shard(key)
 	s.mu.Lock()
 	var cleared []*hold
-	for _, h := range s.keys[key] {
+	cur, reaped := s.current(key)
+	for _, h := range cur {
 		// A routed share keeps its TTL: its home would let the lock go
 		// at the TTL anyway, and a share without one would keep it held
 		// for good should this proxy die.
@@ -1077,6 +1180,7 @@ func (m *Map) Persist(key string) bool {
 		}
 	}
 	s.mu.Unlock()
+	m.reaped(reaped)
 	for _, h := range cleared {
 		m.exp.remove(h)
 	}
@@ -1104,7 +1208,7 @@ type Holder struct {
 	Token  string
 	Mode   shiftlock.Mode
 	Fence  uint64
-	TTL    time.Duration // remaining; 0 = no TTL
+	TTL    time.Duration // remaining, > 0; 0 = no TTL
 	Shadow bool          // the lock itself is held through another proxy
 }
 
@@ -1130,16 +1234,18 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 	now := time.Now()
 	s := m.shard(key)
 	s.mu.Lock()
-	for _, h := range s.keys[key] {
+	cur, reaped := s.current(key)
+	for _, h := range cur {
 		var ttl time.Duration
 		if !h.deadline.IsZero() {
-			if ttl = h.deadline.Sub(now); ttl < time.Millisecond {
-				ttl = time.Millisecond // expiring now; Redis would still show it
-			}
+			// current read the clock no earlier than now, so h is in
+			// force at now, and ttl > 0 stays apart from "no TTL".
+			ttl = max(h.deadline.Sub(now), 1)
 		}
 		info.Holders = append(info.Holders, Holder{Token: h.token, Mode: h.mode, Fence: h.fence, TTL: ttl, Shadow: h.shadow()})
 	}
 	s.mu.Unlock()
+	m.reaped(reaped)
 	if len(info.Holders) > 0 {
 		info.State = HeldHere
 		return info, nil
@@ -1151,13 +1257,15 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 		return info, ErrWouldBlock
 	}
 	ent, err := d.Client.Read(ctx, e)
-	if err == nil && !ent.Free() && d.Client.Abandoning(e) && isNoWait(ctx) {
+	passing := func() bool { return d.Client.Abandoning(e) || m.releasing.held(d, e) }
+	if err == nil && !ent.Free() && passing() && isNoWait(ctx) {
 		return info, ErrWouldBlock
 	}
-	// A wait of ours that its client gave up may hold the entry for a moment
-	// while it passes the lock on: that is nobody's hold, so let it settle
-	// (briefly: it may also be queued behind a real holder).
-	for settle := time.Now().Add(abandonSettle); err == nil && !ent.Free() && d.Client.Abandoning(e) && time.Now().Before(settle); {
+	// A wait of ours that its client gave up, or a release of ours, may hold
+	// the entry for a moment while it passes the lock on: that is nobody's
+	// hold, so let it settle (briefly: it may also be queued behind a real
+	// holder, or hand the lock to one).
+	for settle := time.Now().Add(abandonSettle); err == nil && !ent.Free() && passing() && time.Now().Before(settle); {
 		time.Sleep(100 * time.Microsecond)
 		ent, err = d.Client.Read(ctx, e)
 	}
@@ -1248,15 +1356,24 @@ func (t *exclTable) forget(d *Domain) {
 	}
 }
 
-// expire is the expirer's callback: release h if its deadline still stands.
-func (m *Map) expire(h *hold, at time.Time) {
-	var buf [1]*hold
-	hs := m.remove(h.key, func(x *hold) bool { return x == h && !x.deadline.IsZero() && !x.deadline.After(at) }, buf[:0])
-	if len(hs) == 0 {
+// expire is the expirer's callback: release h if its deadline still stands,
+// whether h is still in the table or a command found it expired first and
+// unlinked it (shard.current).
+func (m *Map) expire(h *hold, _ time.Time) {
+	s := m.shard(h.key)
+	s.mu.Lock()
+	s.current(h.key) // unlinks h if its deadline (at, unless it moved) has passed
+	mine := h.reaped
+	h.reaped = false
+	s.mu.Unlock()
+	if !mine {
 		return
 	}
-	m.releaseHolds(hs)
-	m.ended(hs, true)
+	// A hold of a membership that is gone (Replace) has nothing to release.
+	if h.g != nil && h.g.dom == m.doms[h.g.di].Load() {
+		m.releaseGrant(h.g)
+	}
+	m.ended([]*hold{h}, true)
 	if m.cfg.OnExpire != nil {
 		m.cfg.OnExpire(h.key)
 	}

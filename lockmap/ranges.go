@@ -143,8 +143,18 @@ func (m *Map) RangeRelease(key, token string, l, r uint64) bool {
 		}
 	}
 	m.rng.mu.Unlock()
-	return found != nil && m.rangeDrop(found)
+	if found == nil {
+		return false
+	}
+	// A span past its TTL is gone already, whatever its timer is doing:
+	// let it go, and answer as for a span nobody holds.
+	live := found.live(time.Now())
+	return m.rangeDrop(found) && live
 }
+
+// live reports whether h is in force at now: a span with a TTL ends at the
+// instant of its deadline, as point locks do (hold.live).
+func (h *rangeHold) live(now time.Time) bool { return h.ttl <= 0 || now.Before(h.deadline) }
 
 // rangeDrop forgets h and unlocks its span, once: a release and the TTL's
 // expiry may race, and only the first one unlocks.
@@ -185,11 +195,15 @@ func (m *Map) RangeLookup(key string) (RangeInfo, error) {
 	}
 	in := RangeInfo{Key: key, Domain: d.Name, Tree: slot, Units: tree.Units()}
 	m.rng.mu.Lock()
+	now := time.Now()
 	for _, h := range m.rng.holds[key] {
+		if !h.live(now) {
+			continue // its timer drops it
+		}
 		l, r := h.held.Span()
 		ttl := int64(-1)
 		if h.ttl > 0 {
-			ttl = max(time.Until(h.deadline).Milliseconds(), 0)
+			ttl = h.deadline.Sub(now).Milliseconds()
 		}
 		in.Holders = append(in.Holders, RangeHolder{Token: h.token, L: l, R: r, Mode: h.held.Mode(), Fence: h.held.Token(), TTLms: ttl, Domain: d.Name})
 	}

@@ -382,8 +382,13 @@ func (s *Server) ttl(st *connState, args [][]byte, unit time.Duration) {
 	case in.State == lockmap.HeldElsewhere || in.Holders[0].TTL == 0:
 		st.w.int(-1)
 	default:
-		// Round as Redis does: TTL rounds to the nearest second.
-		st.w.int(int64((in.Holders[0].TTL + unit/2) / unit))
+		// As Redis: PTTL truncates to the millisecond, and TTL rounds
+		// that to the nearest second. A hold in force may answer 0.
+		ms := int64(in.Holders[0].TTL / time.Millisecond)
+		if unit == time.Second {
+			ms = (ms + 500) / 1000
+		}
+		st.w.int(ms)
 	}
 }
 
