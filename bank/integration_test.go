@@ -33,7 +33,7 @@ func startCluster(t *testing.T) *cluster {
 	mn := testproc.Memnode(t)
 	c.memnode = mn.Addr
 	for range 3 {
-		c.proxies = append(c.proxies, testproc.Proxy(t, "-memnode", mn.Addr, "-log-level", "warn").Addr)
+		c.proxies = append(c.proxies, testproc.Proxy(t, "-memnode", mn.Addr, "-log-level", "warn", "-redlock-quorum").Addr)
 	}
 	c.embedded = testproc.Proxy(t, "-log-level", "warn").Addr
 	c.data = redis.NewClient(&redis.Options{Addr: data.Addr, PoolSize: 64})

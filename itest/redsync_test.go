@@ -103,7 +103,7 @@ func TestRedsyncThreeProxies(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-	}{{"recognition", nil}, {"routing", []string{"-quorum-routing"}}} {
+	}{{"recognition", []string{"-redlock-quorum"}}, {"routing", []string{"-quorum-routing"}}} {
 		t.Run(tc.name, func(t *testing.T) { redsyncThreeProxies(t, tc.args...) })
 	}
 }

@@ -369,9 +369,8 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 	ws := m.wants(nil, []string{key})
 	w := ws[0]
 	dom := w.dom
-	var tag uint64
-	if dom.Client.OwnerTags() {
-		tag = ownerTag(key, token)
+	tag := tagFor(dom, key, token)
+	if tag != 0 {
 		if m.routerOf(w.di, dom) != nil && opt.TTL > 0 && opt.Wait > 0 {
 			blocking() // routed: waits for messages (route.go)
 			return

@@ -11,6 +11,13 @@ import (
 
 // Helpers shared by the package's internal and external tests.
 
+// TokT and TokU are tokens long enough for owner recognition
+// (MinOwnerToken), as RedLock clients' random values are.
+const (
+	TokT = "T-5f2c9e81d4a7b3c0"
+	TokU = "U-7a1d3f9c02e8b654"
+)
+
 // RedLockRounds runs RedLock clients over ms, as a redsync client over one
 // pool per proxy: each of workers makes rounds attempts on key "counter",
 // asking every map at once with its own token, entering with a majority and
@@ -25,7 +32,7 @@ func RedLockRounds(t *testing.T, ms []*Map, workers, rounds int, ttl, wait time.
 		go func(w int) {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
-				tok := fmt.Sprintf("w%d-r%d", w, r)
+				tok := fmt.Sprintf("redlock-w%03d-r%06d", w, r) // long enough to be recognised
 				var n atomic.Int32
 				var iw sync.WaitGroup
 				for _, m := range ms {

@@ -469,8 +469,10 @@ func (m *Map) acquire(ctx context.Context, keys []string, token string, opt Acqu
 	// same client asking through other proxies (RedLock over proxies that
 	// share a memory node; shiftlock/owner.go).
 	var tag uint64
-	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive && fresh[0].dom.Client.OwnerTags() {
-		tag = ownerTag(keys[0], token)
+	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive {
+		tag = tagFor(fresh[0].dom, keys[0], token)
+	}
+	if tag != 0 {
 		if r := m.routerOf(fresh[0].di, fresh[0].dom); r != nil && opt.TTL > 0 && !deadline.IsZero() {
 			// Quorum routing: the key's home proxy takes the lock, or
 			// joins this token's hold of it (route.go). Waiting there
@@ -836,6 +838,23 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 		return nil, 0, true, nil // budget spent: "not acquired", not an error
 	}
 	return nil, 0, true, err
+}
+
+// MinOwnerToken is the shortest token owner recognition accepts: RedLock
+// clients use random values of 16 bytes or more (redsync 24 characters,
+// node-redlock 32, RedLock.net and redlock-rb 36), while a constant such
+// as "1" or "locked" is what two unrelated applications may both use.
+const MinOwnerToken = 16
+
+// tagFor is the owner tag of an exclusive single-key acquire of key by
+// token through d, or 0 when the holder must not be recognised through
+// other proxies: recognition is off, or the token is too short to tell
+// one client from another.
+func tagFor(d *Domain, key, token string) uint64 {
+	if !d.Client.OwnerTags() || len(token) < MinOwnerToken {
+		return 0
+	}
+	return ownerTag(key, token)
 }
 
 // ownerTag identifies a key and token for owner recognition: a hash of

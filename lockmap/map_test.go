@@ -326,30 +326,60 @@ func shadowOf(c context.Context, m *lockmap.Map, key, token string) ([]uint64, b
 func TestSameTokenThroughTwoProxies(t *testing.T) {
 	a, b := twoProxies(t, 1<<12)
 	c := ctx(t)
-	fa, ok, _ := a.Acquire(c, []string{"rl"}, "tok", excl(time.Minute, 0))
+	fa, ok, _ := a.Acquire(c, []string{"rl"}, lockmap.TokT, excl(time.Minute, 0))
 	if !ok {
 		t.Fatal("acquire via a")
 	}
-	fb, ok, err := shadowOf(c, b, "rl", "tok")
+	fb, ok, err := shadowOf(c, b, "rl", lockmap.TokT)
 	if !ok || err != nil || fb[0] != fa[0] {
 		t.Fatalf("same token via b: ok=%v err=%v fence %v want %v", ok, err, fb, fa)
 	}
-	if _, ok, _ := b.Acquire(c, []string{"rl"}, "other", excl(time.Minute, 50*time.Millisecond)); ok {
+	if _, ok, _ := b.Acquire(c, []string{"rl"}, lockmap.TokU, excl(time.Minute, 50*time.Millisecond)); ok {
 		t.Fatal("other token got a key shadowed here")
 	}
 	in, _ := b.Lookup(c, "rl")
-	if in.State != lockmap.HeldHere || !in.Holders[0].Shadow || in.Holders[0].Token != "tok" {
+	if in.State != lockmap.HeldHere || !in.Holders[0].Shadow || in.Holders[0].Token != lockmap.TokT {
 		t.Fatalf("shadow lookup: %+v", in)
 	}
-	if !b.Release("rl", "tok") || !a.Release("rl", "tok") {
+	if !b.Release("rl", lockmap.TokT) || !a.Release("rl", lockmap.TokT) {
 		t.Fatal("release")
 	}
 	// The tag is gone with the holder: the same token is a new acquire now.
-	if f, ok, _ := b.Acquire(c, []string{"rl"}, "tok", excl(time.Minute, 0)); !ok || f[0] <= fa[0] {
+	if f, ok, _ := b.Acquire(c, []string{"rl"}, lockmap.TokT, excl(time.Minute, 0)); !ok || f[0] <= fa[0] {
 		t.Fatalf("fresh acquire after release: %v %v", f, ok)
 	}
-	if _, ok, err := shadowOf(c, a, "rl", "tok"); !ok || err != nil {
+	if _, ok, err := shadowOf(c, a, "rl", lockmap.TokT); !ok || err != nil {
 		t.Fatalf("shadow via a after b took it: %v", err)
+	}
+}
+
+// TestConstantTokenThroughTwoProxies: two applications that lock one key
+// with the same constant value ("1"), each through its own proxy, are kept
+// apart, as one redis-server keeps them: a value too short to be a RedLock
+// client's random token is never recognised as the same owner, and each
+// grant has a fence of its own. Before, both held the key with fence 1.
+func TestConstantTokenThroughTwoProxies(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	for _, tok := range []string{"1", "locked", "worker-host-0001"[:lockmap.MinOwnerToken-1]} {
+		key := "job:" + tok
+		fa, ok, err := a.Acquire(c, []string{key}, tok, excl(time.Minute, 0))
+		if !ok || err != nil {
+			t.Fatalf("%q via a: %v %v", tok, ok, err)
+		}
+		for _, wait := range []time.Duration{0, 30 * time.Millisecond} {
+			if fb, ok, err := b.Acquire(c, []string{key}, tok, excl(time.Minute, wait)); ok || err != nil {
+				t.Fatalf("%q via b (wait %v) while a holds it: granted %v (a's fence %v), %v", tok, wait, fb, fa, err)
+			}
+		}
+		if !a.Release(key, tok) {
+			t.Fatal("release")
+		}
+		fb, ok, err := b.Acquire(c, []string{key}, tok, excl(time.Minute, 5*time.Second))
+		if !ok || err != nil || fb[0] <= fa[0] {
+			t.Fatalf("%q via b after a let go: %v %v %v, want a fence above %v", tok, fb, ok, err, fa)
+		}
+		b.Release(key, tok)
 	}
 }
 
@@ -358,19 +388,19 @@ func TestSameTokenThroughTwoProxies(t *testing.T) {
 func TestShadowFoundWhileQueued(t *testing.T) {
 	a, b := twoProxies(t, 1<<12)
 	c := ctx(t)
-	// A different token holds first; then, as it releases, "tok" wins via a
-	// while b is already queued for "tok".
+	// A different token holds first; then, as it releases, TokT wins via a
+	// while b is already queued for TokT.
 	if _, ok, _ := a.Acquire(c, []string{"q"}, "first", excl(time.Minute, 0)); !ok {
 		t.Fatal("setup")
 	}
 	res := make(chan bool)
 	go func() {
-		_, ok, _ := b.Acquire(c, []string{"q"}, "tok", excl(time.Minute, 2*time.Second))
+		_, ok, _ := b.Acquire(c, []string{"q"}, lockmap.TokT, excl(time.Minute, 2*time.Second))
 		res <- ok
 	}()
 	time.Sleep(30 * time.Millisecond)
 	go func() {
-		_, _, _ = a.Acquire(c, []string{"q"}, "tok", excl(time.Minute, 2*time.Second))
+		_, _, _ = a.Acquire(c, []string{"q"}, lockmap.TokT, excl(time.Minute, 2*time.Second))
 	}()
 	time.Sleep(30 * time.Millisecond)
 	a.Release("q", "first")

@@ -11,7 +11,7 @@ import (
 )
 
 // heldElsewhere is key "k" held exclusively, with the owner tag of token
-// "tok", through a bare ShiftLock client (proxy a) that the test vouches for
+// TokT, through a bare ShiftLock client (proxy a) that the test vouches for
 // by hand, seen from the map of proxy b.
 type heldElsewhere struct {
 	b *Map
@@ -29,7 +29,7 @@ func holdElsewhere(t *testing.T) heldElsewhere {
 	b := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(epB, shiftlock.Config{OwnerTags: true})}}, Config{})
 	t.Cleanup(b.Close)
 	_, entry := b.Where("k")
-	g, err := a.AcquireExclusiveTagged(context.Background(), entry, ownerTag("k", "tok"))
+	g, err := a.AcquireExclusiveTagged(context.Background(), entry, ownerTag("k", TokT))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +46,11 @@ func TestOnlyVouchedHoldersMakeShadows(t *testing.T) {
 	defer func(d time.Duration) { tagGrace = d }(tagGrace)
 	tagGrace = 20 * time.Millisecond
 	opt := AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute}
-	if _, ok, _ := b.Acquire(ctx, []string{"k"}, "tok", opt); ok {
+	if _, ok, _ := b.Acquire(ctx, []string{"k"}, TokT, opt); ok {
 		t.Fatal("an unvouched holder produced a shadow")
 	}
 	g.Vouch()
-	f, ok, err := b.Acquire(ctx, []string{"k"}, "tok", opt)
+	f, ok, err := b.Acquire(ctx, []string{"k"}, TokT, opt)
 	if !ok || err != nil {
 		t.Fatalf("a vouched holder did not produce a shadow: %v %v", ok, err)
 	}
@@ -92,7 +92,7 @@ func TestTryOnlyWaitsForAFreshHolder(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		h.g.Vouch()
 	}()
-	if !try("tok") {
+	if !try(TokT) {
 		t.Fatal("the try-only acquire missed a vouch that landed within its grace")
 	}
 }

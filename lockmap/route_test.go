@@ -88,7 +88,7 @@ func TestRoutedQuorumIsOneLock(t *testing.T) {
 		before := atomics(ps)
 		var fences [3]uint64
 		for i, p := range ps {
-			f, ok, err := p.m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: time.Minute, Wait: time.Second})
+			f, ok, err := p.m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: time.Minute, Wait: time.Second})
 			if err != nil || !ok {
 				t.Fatalf("home %d, proxy %d: %v %v", home, i, ok, err)
 			}
@@ -102,7 +102,7 @@ func TestRoutedQuorumIsOneLock(t *testing.T) {
 		}
 		before = atomics(ps)
 		for _, p := range ps {
-			p.m.Release(key, "T")
+			p.m.Release(key, TokT)
 		}
 		WaitFree(t, ps[0].m, key)
 		if n := atomics(ps) - before; n != 1 {
@@ -111,25 +111,25 @@ func TestRoutedQuorumIsOneLock(t *testing.T) {
 
 		// Another token is refused while any proxy still holds T's.
 		for _, p := range ps {
-			if _, ok, err := p.m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
+			if _, ok, err := p.m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
 				t.Fatalf("home %d: T again: %v %v", home, ok, err)
 			}
 		}
 		for i := 0; i < 2; i++ {
-			ps[i].m.Release(key, "T")
+			ps[i].m.Release(key, TokT)
 			// The entry itself stays held, not just each proxy's instance.
 			if in, err := ps[i].m.Lookup(c, key); err != nil || in.State != HeldElsewhere {
 				t.Fatalf("home %d: with %d of 3 shares released the entry is %v (%v), want held", home, i+1, in.State, err)
 			}
-			if _, ok, _ := ps[(i+1)%3].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 20 * time.Millisecond}); ok {
+			if _, ok, _ := ps[(i+1)%3].m.Acquire(c, []string{key}, TokU, AcquireOptions{TTL: time.Minute, Wait: 20 * time.Millisecond}); ok {
 				t.Fatalf("home %d: another token got the lock with %d of 3 shares released", home, i+1)
 			}
 		}
-		ps[2].m.Release(key, "T")
-		if _, ok, err := ps[0].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 5 * time.Second}); !ok || err != nil {
+		ps[2].m.Release(key, TokT)
+		if _, ok, err := ps[0].m.Acquire(c, []string{key}, TokU, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Second}); !ok || err != nil {
 			t.Fatalf("home %d: U after every release: %v %v", home, ok, err)
 		}
-		ps[0].m.Release(key, "U")
+		ps[0].m.Release(key, TokU)
 		WaitFree(t, ps[0].m, key)
 	}
 }
@@ -158,13 +158,13 @@ func TestRoutedShareOutlivesItsProxy(t *testing.T) {
 	ps := routed(t, 2)
 	key := keyHomedAt(t, ps, 0)
 	c := context.Background()
-	if _, ok, err := ps[1].m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: 300 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
+	if _, ok, err := ps[1].m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: 300 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
 		t.Fatalf("%v %v", ok, err)
 	}
 	// Proxy 1 stops: its TTL expiry never runs, so it never releases.
 	ps[1].m.exp.stop()
 	start := time.Now()
-	if _, ok, err := ps[0].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 5 * time.Second}); !ok || err != nil {
+	if _, ok, err := ps[0].m.Acquire(c, []string{key}, TokU, AcquireOptions{TTL: time.Minute, Wait: 5 * time.Second}); !ok || err != nil {
 		t.Fatalf("U: %v %v", ok, err)
 	}
 	if waited := time.Since(start); waited < 200*time.Millisecond {
@@ -180,13 +180,13 @@ func TestRoutedHomeUnreachable(t *testing.T) {
 	ps[1].m.Close()
 	_ = ps[1].ep.Close()
 	c := context.Background()
-	if _, ok, err := ps[0].m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
+	if _, ok, err := ps[0].m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
 		t.Fatalf("%v %v", ok, err)
 	}
 	if ps[0].m.RouteStats().Fallbacks.Load() == 0 {
 		t.Fatal("no fallback counted")
 	}
-	if !ps[0].m.Release(key, "T") {
+	if !ps[0].m.Release(key, TokT) {
 		t.Fatal("release")
 	}
 	WaitFree(t, ps[0].m, key)
@@ -198,21 +198,21 @@ func TestRoutedExtend(t *testing.T) {
 	ps := routed(t, 2)
 	key := keyHomedAt(t, ps, 0)
 	c := context.Background()
-	if _, ok, err := ps[1].m.Acquire(c, []string{key}, "T", AcquireOptions{TTL: 200 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
+	if _, ok, err := ps[1].m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: 200 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
 		t.Fatalf("%v %v", ok, err)
 	}
 	ps[1].m.exp.stop() // only the home's timer may end it
 	for i := 0; i < 4; i++ {
 		time.Sleep(100 * time.Millisecond)
-		if ok, err := ps[1].m.Extend(c, key, "T", 200*time.Millisecond); !ok || err != nil {
+		if ok, err := ps[1].m.Extend(c, key, TokT, 200*time.Millisecond); !ok || err != nil {
 			t.Fatalf("extend %d: %v %v", i, ok, err)
 		}
 	}
-	if _, ok, _ := ps[0].m.Acquire(c, []string{key}, "U", AcquireOptions{TTL: time.Minute, Wait: 50 * time.Millisecond}); ok {
+	if _, ok, _ := ps[0].m.Acquire(c, []string{key}, TokU, AcquireOptions{TTL: time.Minute, Wait: 50 * time.Millisecond}); ok {
 		t.Fatal("U got the lock while T's share was being extended")
 	}
 	time.Sleep(400 * time.Millisecond)
-	if ok, _ := ps[1].m.Extend(c, key, "T", time.Second); ok {
+	if ok, _ := ps[1].m.Extend(c, key, TokT, time.Second); ok {
 		t.Fatal("a share that ran out at its home was extended")
 	}
 	if in, _ := ps[1].m.Lookup(c, key); len(in.Holders) != 0 {

@@ -74,7 +74,7 @@ for _ in 1 2 3; do start_redis || exit 1; LOCKS+=("$ADDR"); LOCK_PIDS+=("$PID");
 start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics "" || exit 1; MEMNODE=$ADDR; MEMNODE_PID=$PID
 PROXIES=(); PROXY_PIDS=()
 for i in 1 2 3; do
-	start_listener "proxy$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn || exit 1
+	start_listener "proxy$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn -redlock-quorum || exit 1
 	PROXIES+=("$ADDR"); PROXY_PIDS+=("$PID")
 done
 # RedLock over three proxies, as we advise running it: with quorum routing,

@@ -87,6 +87,17 @@ type config struct {
 	// whose home is another proxy; turn it on on every proxy your RedLock
 	// clients list. No effect with an embedded memory node.
 	QuorumRouting bool `yaml:"quorum_routing"`
+	// RedlockQuorum: RedLock clients use several of these proxies, on one
+	// memory node, as their N instances. A key and token held through
+	// another proxy then counts as the same owner here, as N independent
+	// Redis instances would each grant it (docs/compatibility.md, "RedLock
+	// over several proxies"). Off, two applications that use the same
+	// value (`SET job 1 NX`) through two proxies are kept apart, as one
+	// redis-server keeps them. Only tokens of at least
+	// lockmap.MinOwnerToken bytes are ever recognised, and every client
+	// must use a value of its own for every lock, as RedLock clients do
+	// (random). quorum_routing implies it.
+	RedlockQuorum bool `yaml:"redlock_quorum"`
 
 	// Frontend serves RESP: "gnet" (event loops) or "redcon" (a goroutine
 	// per connection).
@@ -234,6 +245,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
 	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
 	fs.BoolVar(&f.QuorumRouting, "quorum-routing", cfg.QuorumRouting, "take each key's locks at one home proxy of the memory node, so that RedLock clients asking several proxies share one lock")
+	fs.BoolVar(&f.RedlockQuorum, "redlock-quorum", cfg.RedlockQuorum, "RedLock clients use several of these proxies as their instances: the same key and token (at least 16 bytes) held through another proxy counts as the same owner")
 	fs.StringVar(&f.Frontend, "frontend", cfg.Frontend, `RESP front end: "gnet" (event loops) or "redcon" (a goroutine per connection)`)
 	fs.IntVar(&f.EventLoops, "event-loops", cfg.EventLoops, "gnet event loops")
 	fs.IntVar(&f.Procs, "procs", cfg.Procs, "CPUs running Go code at once (GOMAXPROCS; 0: one per gnet event loop, or all with redcon)")
@@ -282,6 +294,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
 	over("writer-threshold", func() { cfg.Threshold = f.Threshold })
 	over("quorum-routing", func() { cfg.QuorumRouting = f.QuorumRouting })
+	over("redlock-quorum", func() { cfg.RedlockQuorum = f.RedlockQuorum })
 	over("frontend", func() { cfg.Frontend = f.Frontend })
 	over("event-loops", func() { cfg.EventLoops = f.EventLoops })
 	over("procs", func() { cfg.Procs = f.Procs })
@@ -360,3 +373,8 @@ func (c config) tlsConfig() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// recognisesOwners reports whether the proxy recognises a RedLock client's
+// key and token held through another proxy (redlock_quorum, or
+// quorum_routing, which shares such holds at a key's home).
+func (c config) recognisesOwners() bool { return c.RedlockQuorum || c.QuorumRouting }

@@ -25,6 +25,8 @@ type member struct {
 	name  string
 	join  func(ctx context.Context) (rdma.Endpoint, error)
 	solo  bool
+	// recognise turns on owner recognition (redlock_quorum).
+	recognise bool
 	cfg   shiftlock.Config
 	log   *zap.Logger
 
@@ -78,8 +80,10 @@ func (mb *member) connect(ctx context.Context) error {
 		cfg.StaleAfter = soloStaleAfter
 	}
 	// Owner tags let other proxies recognise a RedLock client asking through
-	// them too; an embedded memory node has no other proxies.
-	cfg.OwnerTags = !mb.solo
+	// them too, where the operator says RedLock clients use several proxies:
+	// otherwise two clients that use the same value through two proxies
+	// would both hold the key. An embedded memory node has no other proxies.
+	cfg.OwnerTags = !mb.solo && mb.recognise
 	c := shiftlock.NewClient(ep, cfg)
 	lease := lockmap.NewLease(ep)
 	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease}
@@ -200,7 +204,7 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 			return nil, nil, err
 		}
 		addr := addr
-		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log,
+		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log, recognise: cfg.recognisesOwners(),
 			join: func(ctx context.Context) (rdma.Endpoint, error) {
 				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
 				if err != nil {
@@ -228,7 +232,7 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 			_ = cli.Close()
 			return nil, nil, err
 		}
-		mb := &member{index: i, name: shard, cfg: slcfg, log: log, follow: ha.Follow(ctx, cli, shard, log.Named("ha"))}
+		mb := &member{index: i, name: shard, cfg: slcfg, log: log, recognise: cfg.recognisesOwners(), follow: ha.Follow(ctx, cli, shard, log.Named("ha"))}
 		mb.join = func(ctx context.Context) (rdma.Endpoint, error) {
 			rec, ok := mb.follow.Current()
 			for !ok {
