@@ -27,8 +27,8 @@ type member struct {
 	solo  bool
 	// recognise turns on owner recognition (redlock_quorum).
 	recognise bool
-	cfg   shiftlock.Config
-	log   *zap.Logger
+	cfg       shiftlock.Config
+	log       *zap.Logger
 
 	dom   *lockmap.Domain
 	close func()
