@@ -83,8 +83,10 @@ func TestUncontendedCycleIsOneAtomicEach(t *testing.T) {
 			var mn *testproc.Proc
 			if tc.memnode {
 				mn = testproc.Start(t, "memnode", testproc.Bin(t, "memnode"),
-					[]string{"-listen", "127.0.0.1:0", "-metrics", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))}, testproc.MemnodeReady)
+					[]string{"-listen", "127.0.0.1:0", "-metrics", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-state-dir", t.TempDir()}, testproc.MemnodeReady)
 				args = append(args, "-memnode", mn.Addr)
+			} else {
+				args = append(args, testproc.StateDirArgs(t, args)...)
 			}
 			p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"), args, testproc.ProxyReady)
 			c := client(t, p.Addr)

@@ -29,19 +29,40 @@ type Lease struct {
 	hb        *rdma.Heartbeat
 	deadAfter time.Duration
 	selfFence time.Duration
+	// floor and margin shape the published horizon (horizon): at least
+	// floor, plus margin so that the periodic beats cover the next grants
+	// without a push.
+	floor, margin time.Duration
+	// headHold is how long the longest recent TTL keeps room in the
+	// horizon after it was last granted.
+	headHold time.Duration
 
 	mu      sync.Mutex
 	maxEnd  time.Time     // latest deadline of a grant made under this lease
 	headTTL time.Duration // longest TTL granted lately: publish room for the next one
 	headAt  time.Time
 	lost    error
-	confirm time.Duration // longest horizon the memory node confirmed saving
 }
 
 // NewLease starts heartbeating on ep.
 func NewLease(ep rdma.Endpoint) *Lease {
 	l := ep.Layout()
-	ls := &Lease{deadAfter: l.DeadAfter, selfFence: l.DeadAfter / 2}
+	return startLease(ep, &Lease{deadAfter: l.DeadAfter, selfFence: l.DeadAfter / 2, floor: l.DeadAfter, margin: l.DeadAfter / 4})
+}
+
+// NewSoloLease is NewLease for a proxy whose memory node lives in its own
+// process and dies with it (the embedded memory node). Nobody recovers its
+// locks, so its horizon only tells the next start of the process how long
+// the locks it granted may still be in force: the longest TTL (locks
+// without a TTL die with the process, as on a Redis without persistence),
+// plus margin, with no floor.
+func NewSoloLease(ep rdma.Endpoint, margin time.Duration) *Lease {
+	l := ep.Layout()
+	return startLease(ep, &Lease{deadAfter: l.DeadAfter, selfFence: l.DeadAfter / 2, margin: margin})
+}
+
+func startLease(ep rdma.Endpoint, ls *Lease) *Lease {
+	ls.headHold = time.Minute
 	ls.hb = rdma.StartHeartbeat(ep, ls.horizon, func(err error) {
 		ls.mu.Lock()
 		ls.lost = err
@@ -72,22 +93,20 @@ func (ls *Lease) Dead() error {
 }
 
 // horizon is what each beat publishes: room for every grant made so far and
-// for the next one of the longest recent TTL, and never less than DeadAfter,
-// which bounds locks without a TTL (they die with the proxy's membership).
+// for the next one of the longest recent TTL, and never less than the
+// floor, DeadAfter, which bounds locks without a TTL (they die with the
+// proxy's membership).
 func (ls *Lease) horizon() time.Duration {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	h := time.Until(ls.maxEnd)
-	if time.Since(ls.headAt) > time.Minute {
+	if time.Since(ls.headAt) > ls.headHold {
 		ls.headTTL = 0 // a long TTL used once should not slow recovery forever
 	}
 	if ls.headTTL > h {
 		h = ls.headTTL
 	}
-	if h < ls.deadAfter {
-		h = ls.deadAfter
-	}
-	return h + ls.deadAfter/4
+	return max(h, ls.floor) + ls.margin
 }
 
 // Valid reports whether grants under this lease can still be trusted: the
@@ -138,8 +157,8 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 		}
 		ls.headTTL, ls.headAt = ttl, granted
 	}
-	confirmed := !lay.Persistent || h <= ls.confirm
 	ls.mu.Unlock()
+	confirmed := !lay.Persistent || h <= ls.hb.Confirmed()
 	if end.IsZero() {
 		return nil // bounded by membership, which every beat covers
 	}
@@ -150,6 +169,9 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 	if err := ls.hb.Push(ctx, h); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoLease, err)
 	}
+	// Push may publish more than asked (never less than an acknowledged
+	// beat promised): the horizon to confirm is what it published.
+	_, h = ls.hb.Published()
 	return ls.awaitConfirm(ctx, h)
 }
 
@@ -172,12 +194,7 @@ func (ls *Lease) Covers(end time.Time, ttl time.Duration) bool {
 // confirmed reports whether horizon h is within what the memory node has
 // confirmed saving (always, for one that keeps no state).
 func (ls *Lease) confirmed(h time.Duration) bool {
-	if !ls.ep.Layout().Persistent {
-		return true
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return h <= ls.confirm
+	return !ls.ep.Layout().Persistent || h <= ls.hb.Confirmed()
 }
 
 // awaitConfirm polls the node slot until the memory node confirms h: it does
@@ -190,18 +207,15 @@ func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
 	slot := l.NodeSlotAddr(ls.ep.Node())
 	addr := rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotConfirmed}
 	deadline := time.Now().Add(10 * l.HeartbeatInterval)
+	ls.hb.StartConfirm()
 	for {
 		var b [8]byte
 		if err := ls.ep.Read(ctx, addr, b[:]); err != nil {
 			return fmt.Errorf("%w: %w", ErrNoLease, err)
 		}
 		c := time.Duration(binary.LittleEndian.Uint64(b[:])) * time.Millisecond
-		ls.mu.Lock()
-		if c > ls.confirm {
-			ls.confirm = c
-		}
-		ls.mu.Unlock()
 		if c >= h {
+			ls.hb.Confirm(c)
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type Config struct {
 	// MaxLease caps the lease horizon members may publish (default 10m):
 	// it is the longest TTL a proxy may grant, and bounds the restart grace.
 	MaxLease time.Duration
+	// Solo: the node's only member shares its process (a proxy's embedded
+	// memory node), so both die together, and the next start owes the
+	// previous one only its horizons, without DeadAfter on top.
+	Solo bool
 
 	// Store keeps the state a later generation needs (set by Open, or by
 	// package ha for a memory node whose state lives in etcd); nil: a
@@ -152,6 +157,12 @@ type Server struct {
 	eraMu    []sync.Mutex // one recovery at a time per era counter
 	lastScan time.Time
 
+	// The saver goroutine's view of the horizon confirmations: the value
+	// last written to every member's SlotConfirmed, and when the saved
+	// horizon was last lowered.
+	slotMs    uint64
+	lastLower time.Time
+
 	stats Stats
 
 	deposed atomic.Pointer[string] // why this node may no longer serve, once set
@@ -196,7 +207,8 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Close stops the liveness monitor.
+// Close stops the liveness monitor, and releases the state store if it
+// holds something (a state directory's lock).
 func (s *Server) Close() {
 	select {
 	case <-s.stop:
@@ -204,6 +216,9 @@ func (s *Server) Close() {
 		close(s.stop)
 	}
 	<-s.done
+	if c, ok := s.cfg.Store.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
 
 // Config returns the effective configuration.
@@ -410,7 +425,7 @@ func (s *Server) monitor() {
 	// Saving goes through etcd, and a write to a member that died can take
 	// a lease's length; sweeps, which declare deaths and read the horizons
 	// tombs must carry, go on meanwhile.
-	saves := make(chan uint64, 1)
+	saves := make(chan struct{}, 1)
 	saved := make(chan struct{})
 	go s.saver(saves, saved)
 	defer func() { <-saved }()
@@ -421,38 +436,33 @@ func (s *Server) monitor() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			maxMs := s.sweep(now)
+			s.sweep(now)
 			select {
-			case <-saves: // superseded by this sweep's
-			default:
+			case saves <- struct{}{}:
+			default: // the saver has one waiting already
 			}
-			saves <- maxMs
 		}
 	}
 }
 
-// saver persists what the sweeps hand it, the latest first.
-func (s *Server) saver(saves <-chan uint64, saved chan<- struct{}) {
+// saver persists after every sweep, looking at the members itself.
+func (s *Server) saver(saves <-chan struct{}, saved chan<- struct{}) {
 	defer close(saved)
 	for {
 		select {
 		case <-s.stop:
 			return
-		case maxMs := <-saves:
-			s.persist(time.Now(), maxMs)
+		case <-saves:
+			s.persist(time.Now())
 		}
 	}
 }
 
-// sweep declares the silent members dead and returns the longest horizon a
-// live member publishes, for the saver.
-func (s *Server) sweep(now time.Time) uint64 {
+// sweep declares the silent members dead.
+func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
-	var maxMs uint64
 	for _, m := range s.members {
-		if ms := s.observe(m, now); ms > maxMs {
-			maxMs = ms
-		}
+		s.observe(m, now)
 		if now.Sub(m.lastSeen) > s.cfg.DeadAfter {
 			s.stats.Deaths.Add(1)
 			s.bury(m, now, fmt.Sprintf("no heartbeat for %v", now.Sub(m.lastSeen).Round(time.Millisecond)))
@@ -466,29 +476,57 @@ func (s *Server) sweep(now time.Time) uint64 {
 	}
 	s.tombs = kept
 	s.mu.Unlock()
-	return maxMs
 }
 
-// persist saves a longer horizon before confirming it to members (they rely
-// on no horizon the next generation would not know), and the RelCnt high
-// water mark about once a second.
-func (s *Server) persist(now time.Time, maxMs uint64) {
+// Lowering the saved horizon is an fsync (or an etcd write); it is done at
+// most once per lowerEvery, and only by at least lowerMin.
+const (
+	lowerEvery = time.Second
+	lowerMinMs = 1000
+)
+
+// persist keeps the saved horizon (State.MaxHorizonMs) a bound on how long
+// any grant made under this node may still be in force, from whenever a
+// next generation reads it, and confirms horizons to members, who rely on a
+// horizon only once it is confirmed (lockmap.Lease). It also saves the
+// RelCnt high-water mark about once a second.
+//
+// The rules, which docs/reliability.md argues in full:
+//   - the saved horizon is at least every value in any member's
+//     SlotConfirmed, at every instant: a member may rely on a confirmation
+//     for any beat it makes later, and a restart comes after that beat;
+//   - it is raised before members are told (save, then confirm);
+//   - it is lowered only to a target observed after every slot already
+//     holds no more than that target, so that a member that read an older,
+//     higher confirmation has its beat seen by that observation.
+//
+// So the saved horizon follows the members' horizons down once their grants
+// have run out, and a long TTL used once does not lengthen every later
+// restart.
+func (s *Server) persist(now time.Time) {
 	st := s.cfg.Store
 	if st == nil {
 		return
 	}
+	target := s.horizonTarget(now)
 	cur := st.Get()
 	hwm := cur.RelHighWater
 	if now.Sub(s.lastScan) >= time.Second {
 		s.lastScan = now
 		hwm = s.scanRelCnt()
 	}
-	if maxMs > cur.MaxHorizonMs || hwm > cur.RelHighWater {
+	saveHzn := cur.MaxHorizonMs
+	switch {
+	case target > saveHzn:
+		saveHzn = target
+	case target+lowerMinMs <= saveHzn && s.slotMs <= target && now.Sub(s.lastLower) >= lowerEvery:
+		saveHzn = target
+		s.lastLower = now
+	}
+	if saveHzn != cur.MaxHorizonMs || hwm > cur.RelHighWater {
 		err := st.Update(func(x *State) bool {
-			changed := false
-			if maxMs > x.MaxHorizonMs {
-				x.MaxHorizonMs, changed = maxMs, true
-			}
+			changed := x.MaxHorizonMs != saveHzn
+			x.MaxHorizonMs = saveHzn
 			if hwm > x.RelHighWater {
 				x.RelHighWater, changed = hwm, true
 			}
@@ -499,13 +537,46 @@ func (s *Server) persist(now time.Time, maxMs uint64) {
 			return
 		}
 	}
+	// Every member's published horizon is at most target, and target is
+	// saved (or less than what is): confirm that much, no more, so that the
+	// saved horizon can come down to it later.
+	conf := min(st.Get().MaxHorizonMs, target)
 	var b [8]byte
-	putU64(b[:], st.Get().MaxHorizonMs)
+	putU64(b[:], conf)
 	s.mu.Lock()
 	for id := range s.members {
 		_ = s.nodes.Write(rdma.NodeSlotSize*uint64(id)+rdma.SlotConfirmed, b[:])
 	}
 	s.mu.Unlock()
+	s.slotMs = conf
+}
+
+// horizonTarget observes every member and returns, in milliseconds, what a
+// next generation would have to wait for if this node died now: the latest
+// horizon of any live or recently departed member, from now, and at least
+// every horizon a member publishes, which it may rely on once confirmed.
+func (s *Server) horizonTarget(now time.Time) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var last time.Time
+	var maxMs uint64
+	for _, m := range s.members {
+		if ms := s.observe(m, now); ms > maxMs {
+			maxMs = ms
+		}
+		if m.horizon.After(last) {
+			last = m.horizon
+		}
+	}
+	for _, t := range s.tombs {
+		if t.horizon.After(last) {
+			last = t.horizon
+		}
+	}
+	if d := last.Sub(now); d > 0 {
+		maxMs = max(maxMs, uint64((d+time.Millisecond-1)/time.Millisecond))
+	}
+	return maxMs
 }
 
 // scanRelCnt is the largest RelCnt in the table.

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
@@ -21,8 +23,11 @@ type State struct {
 	// RelHighWater is at or above every RelCnt the table could hold when it
 	// was written; the next generation starts its table above it.
 	RelHighWater uint64 `json:"relcnt_high_water"`
-	// MaxHorizonMs is the longest lease horizon a member published and this
-	// node confirmed: no grant outlives its holder's last heartbeat by more.
+	// MaxHorizonMs bounds, from whenever the record is read, how long a
+	// grant made under this node may still be in force: it is at least
+	// every horizon the node confirmed to a member, and the latest horizon
+	// of any member, counted from when it was saved. It comes down as the
+	// members' horizons do (persist).
 	MaxHorizonMs uint64 `json:"max_horizon_ms"`
 	// SavedAt is informational.
 	SavedAt time.Time `json:"saved_at"`
@@ -44,8 +49,9 @@ type StateStore interface {
 
 // NextGeneration is the state a new generation starts from, given the last
 // saved one (existed is false when nothing was ever saved), and the grace
-// it owes the previous generation: its longest confirmed horizon, stretched
-// by the drift allowance, plus cfg.DeadAfter. Between two saves RelCnt grows
+// it owes the previous generation: its saved horizon, stretched by the drift
+// allowance, plus cfg.DeadAfter (none for a Solo node, which died with its
+// only member). Between two saves RelCnt grows
 // by releases only (recoveries save before they leap), far fewer than
 // rdma.RecoveryLeap in any interval, so the new table starts above every
 // fencing token the previous generations may have handed out.
@@ -57,16 +63,51 @@ func NextGeneration(prev State, existed bool, cfg Config) (State, time.Duration)
 		return next, 0
 	}
 	next.RelHighWater = prev.RelHighWater + rdma.RecoveryLeap
-	grace := time.Duration(float64(time.Duration(prev.MaxHorizonMs)*time.Millisecond)*(1+cfg.ClockDrift)) + cfg.DeadAfter
+	grace := time.Duration(float64(time.Duration(prev.MaxHorizonMs)*time.Millisecond) * (1 + cfg.ClockDrift))
+	if !cfg.Solo {
+		grace += cfg.DeadAfter
+	}
 	return next, grace
 }
 
 // store writes State durably: to a temporary file, fsynced, renamed over
 // the old one, and the directory fsynced, so a crash leaves either record.
 type store struct {
-	dir string
-	mu  sync.Mutex
-	st  State
+	dir  string
+	lock *os.File // holds an exclusive flock on the directory's lock file
+	mu   sync.Mutex
+	st   State
+}
+
+// lockFile is the file a memory node holds an exclusive flock on for as long
+// as it uses a state directory: two processes on one directory would each
+// start a generation from the same record and wait out neither's leases.
+const lockFile = "LOCK"
+
+// lockDir takes dir's lock, or says who holds it.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(filepath.Join(dir, lockFile))
+		_ = f.Close()
+		return nil, fmt.Errorf("memnode: state directory %s is in use by another process (%s): each memory node needs a state directory of its own", dir, strings.TrimSpace(string(holder)))
+	}
+	_ = f.Truncate(0)
+	_, _ = fmt.Fprintf(f, "pid %d\n", os.Getpid())
+	return f, nil
+}
+
+// Close releases the state directory (memnode.Server.Close calls it).
+func (s *store) Close() error {
+	if s.lock == nil {
+		return nil
+	}
+	err := s.lock.Close()
+	s.lock = nil
+	return err
 }
 
 func (s *store) load() (State, bool, error) {
@@ -140,9 +181,14 @@ func Open(dir string, cfg Config) (Config, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return cfg, err
 	}
-	s := &store{dir: dir}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return cfg, err
+	}
+	s := &store{dir: dir, lock: lock}
 	prev, existed, err := s.load()
 	if err != nil {
+		_ = s.Close()
 		return cfg, err
 	}
 	s.st = prev
@@ -151,6 +197,7 @@ func Open(dir string, cfg Config) (Config, error) {
 		cfg.GraceUntil = until
 	}
 	if err := s.Update(func(st *State) bool { *st = next; return true }); err != nil {
+		_ = s.Close()
 		return cfg, fmt.Errorf("memnode: saving state: %w", err)
 	}
 	cfg.Generation = next.Generation

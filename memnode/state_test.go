@@ -3,6 +3,7 @@ package memnode_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +92,90 @@ func TestRestartKeepsTokensIncreasingAndWaitsOutLeases(t *testing.T) {
 	}
 	if g.Token() <= last {
 		t.Fatalf("token %d after the restart is not above %d from before it", g.Token(), last)
+	}
+}
+
+// TestStateDirIsExclusive: two memory nodes on one state directory would
+// each start a generation from the same record; the second is refused with
+// a reason until the first lets go.
+func TestStateDirIsExclusive(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := memnode.Open(dir, memnode.Config{Entries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	if _, err := memnode.Open(dir, memnode.Config{Entries: 16}); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("a second memory node on the same state directory: %v", err)
+	}
+	host.Close()
+	cfg, err = memnode.Open(dir, memnode.Config{Entries: 16})
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	memnode.New(cfg).Close()
+}
+
+// TestSavedHorizonComesDown: once the locks granted under a long horizon
+// have run out, the saved horizon follows the members' horizons down, so a
+// restart no longer waits for a lease that ended long ago. Before, the
+// longest horizon ever confirmed was kept for good.
+func TestSavedHorizonComesDown(t *testing.T) {
+	dir := t.TempDir()
+	base := memnode.Config{Entries: 64, HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 2 * time.Second}
+	cfg, err := memnode.Open(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	ep, err := memfab.New(host).Join("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := lockmap.NewLease(ep)
+	ctx := context.Background()
+	if err := lease.Cover(ctx, time.Now().Add(3*time.Second), 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.Store.Get().MaxHorizonMs; h < 3000 {
+		t.Fatalf("saved horizon %d ms after a confirmed 3 s lease", h)
+	}
+	// The proxy leaves; its 3 s grant may still run, and then has.
+	lease.Stop()
+	host.Leave(ep.Node())
+	if h := cfg.Store.Get().MaxHorizonMs; h < 2500 {
+		t.Fatalf("saved horizon %d ms right after the member left with a 3 s lease", h)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for cfg.Store.Get().MaxHorizonMs > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("saved horizon still %d ms long after every lease ran out", cfg.Store.Get().MaxHorizonMs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	host.Close()
+	cfg2, err := memnode.Open(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer memnode.New(cfg2).Close()
+	if grace := time.Until(cfg2.GraceUntil); grace > base.DeadAfter {
+		t.Fatalf("restart grace %v after every lease ran out, want at most dead_after", grace)
+	}
+}
+
+// TestSoloRestartOwesOnlyTheHorizon: a proxy's embedded memory node dies
+// with its only member, so its next start waits for the saved horizon
+// alone, not dead_after on top (a year there).
+func TestSoloRestartOwesOnlyTheHorizon(t *testing.T) {
+	cfg := memnode.Config{DeadAfter: 365 * 24 * time.Hour, Solo: true}
+	_, grace := memnode.NextGeneration(memnode.State{Generation: 3, MaxHorizonMs: 8250}, true, cfg)
+	if grace < 8250*time.Millisecond || grace > 8300*time.Millisecond {
+		t.Fatalf("solo grace %v for an 8.25 s horizon", grace)
+	}
+	cfg.Solo = false
+	cfg.DeadAfter = time.Second
+	if _, grace := memnode.NextGeneration(memnode.State{Generation: 3, MaxHorizonMs: 8250}, true, cfg); grace < 9250*time.Millisecond {
+		t.Fatalf("memory node grace %v, want the horizon plus dead_after", grace)
 	}
 }

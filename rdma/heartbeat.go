@@ -32,6 +32,13 @@ type Heartbeat struct {
 	lastHzn time.Duration // horizon it published
 	err     error
 
+	// confirmed is a horizon the memory node confirmed saving (Confirm),
+	// no more than any horizon published since that confirmation was read:
+	// a memory node may lower what it saved once every member publishes
+	// less, so an older confirmation of more is worth nothing then. since
+	// is the least horizon published since StartConfirm.
+	confirmed, since time.Duration
+
 	// beats counts the beats the memory node received: each is one Write
 	// and one Read in one round trip, which lets a test or a metric tell
 	// liveness traffic from lock traffic in the verb counters.
@@ -123,7 +130,35 @@ func (h *Heartbeat) Push(ctx context.Context, horizon time.Duration) error {
 	}
 	h.lastOK = sent
 	h.lastHzn = horizon
+	h.confirmed = min(h.confirmed, horizon)
+	h.since = min(h.since, horizon)
 	return nil
+}
+
+// StartConfirm begins a confirmation: call it after the beat to be
+// confirmed was acknowledged and before reading the memory node's
+// confirmation, then pass that to Confirm.
+func (h *Heartbeat) StartConfirm() {
+	h.mu.Lock()
+	h.since = h.lastHzn
+	h.mu.Unlock()
+}
+
+// Confirm records that the memory node confirmed saving horizon c, as read
+// after StartConfirm. What counts is at most the least horizon published
+// since StartConfirm.
+func (h *Heartbeat) Confirm(c time.Duration) {
+	h.mu.Lock()
+	h.confirmed = max(h.confirmed, min(c, h.since))
+	h.mu.Unlock()
+}
+
+// Confirmed is the longest horizon a beat may publish and count on the
+// memory node to honour after a restart, without asking it again.
+func (h *Heartbeat) Confirmed() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.confirmed
 }
 
 // Published is the send time of the newest acknowledged beat and the horizon

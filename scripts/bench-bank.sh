@@ -71,7 +71,7 @@ go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/bank ./cmd/proxybench || exit 1
 start_redis || exit 1; DATA=$ADDR; DATA_PID=$PID
 LOCKS=(); LOCK_PIDS=()
 for _ in 1 2 3; do start_redis || exit 1; LOCKS+=("$ADDR"); LOCK_PIDS+=("$PID"); done
-start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics "" || exit 1; MEMNODE=$ADDR; MEMNODE_PID=$PID
+start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics "" -state-dir "$(state_dir memnode)" || exit 1; MEMNODE=$ADDR; MEMNODE_PID=$PID
 PROXIES=(); PROXY_PIDS=()
 for i in 1 2 3; do
 	start_listener "proxy$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn -redlock-quorum || exit 1
@@ -85,7 +85,7 @@ for i in 1 2 3; do
 	start_listener "routed$i" bin/proxy -listen 127.0.0.1:0 -memnode "$MEMNODE" -metrics "" -log-level warn -quorum-routing || exit 1
 	ROUTED+=("$ADDR"); ROUTED_PIDS+=("$PID")
 done
-start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn || exit 1; EMBEDDED=$ADDR; EMBEDDED_PID=$PID
+start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn -state-dir "$(state_dir proxy)" || exit 1; EMBEDDED=$ADDR; EMBEDDED_PID=$PID
 # Null lock servers (null, null-3): the proxy's RESP front end (gnet, one
 # event loop, redcon's parser) answering SET with +OK and the release script
 # with 1, locking nothing. What redsync reaches against them is the most any

@@ -43,8 +43,8 @@ go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/bank
 echo "== starting redis-server (data), redis-server (story 2's RedLock), memnode, proxy (embedded memory node)"
 start_redis; DATA=$ADDR; DATA_PID=$PID
 start_redis; LOCKS=$ADDR; LOCKS_PID=$PID
-start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics ""; MEMNODE=$ADDR; MEMNODE_PID=$PID
-start_listener proxy bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn; PROXY=$ADDR; PROXY_PID=$PID
+start_listener memnode bin/memnode -listen 127.0.0.1:0 -metrics "" -state-dir "$(state_dir memnode)"; MEMNODE=$ADDR; MEMNODE_PID=$PID
+start_listener proxy bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn -state-dir "$(state_dir proxy)"; PROXY=$ADDR; PROXY_PID=$PID
 echo "   data $DATA, locks $LOCKS, memnode $MEMNODE, proxy $PROXY"
 
 echo "== loading $ACCOUNTS accounts"

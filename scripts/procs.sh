@@ -7,11 +7,18 @@
 # bank run -cpu).
 
 PIDS=()
+# Memory nodes and embedded proxies keep their state in a directory; these
+# runs start from nothing and leave nothing behind.
+STATE_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/shiftlock-state.XXXXXX")
 stop_all() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$STATE_ROOT"
 }
 trap stop_all EXIT
+
+# state_dir prints a new state directory for one daemon.
+state_dir() { mktemp -d "$STATE_ROOT/$1.XXXXXX"; }
 
 # free_port picks a port below the kernel's ephemeral range: a port in it
 # may be some outgoing connection's local port at any moment (redlock-rs

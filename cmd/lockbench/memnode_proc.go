@@ -16,8 +16,9 @@ import (
 
 // proc is a memnode process started for one run.
 type proc struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd
+	addr  string
+	state string // its state directory, removed once it stops
 }
 
 // memnodeBinary finds cmd/memnode's binary: -memnode, else bin/memnode, else
@@ -55,7 +56,13 @@ func startMemnode(o options, recovery bool) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn",
+	// A memnode keeps its state in a directory; each benchmark run starts
+	// a new one, removed when it stops.
+	state, err := os.MkdirTemp("", "lockbench-memnode-")
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn", "-state-dir", state,
 		"-entries", strconv.FormatUint(o.entries, 10), "-heartbeat", "1s", "-dead-after", "30s"}
 	if recovery {
 		if !supportsFlag(bin, paperRecoveryFlag) {
@@ -77,15 +84,19 @@ func startMemnode(o options, recovery bool) (*proc, error) {
 	cmd.Stderr = os.Stderr
 	addr, err := procutil.StartReady(cmd, memnodeReady, 30*time.Second)
 	if err != nil {
+		_ = os.RemoveAll(state)
 		return nil, err
 	}
-	return &proc{cmd: cmd, addr: addr}, nil
+	return &proc{cmd: cmd, addr: addr, state: state}, nil
 }
 
 var memnodeReady = regexp.MustCompile(`memnode listening on (\S+)`)
 
 // stop asks the memnode to exit and kills it if it does not.
-func (p *proc) stop() { procutil.Stop(p.cmd, os.Interrupt, 5*time.Second) }
+func (p *proc) stop() {
+	procutil.Stop(p.cmd, os.Interrupt, 5*time.Second)
+	_ = os.RemoveAll(p.state)
+}
 
 // cpuTime is the CPU time the process has used so far, from /proc.
 func (p *proc) cpuTime() (time.Duration, error) {

@@ -94,7 +94,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
 	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&f.PaperRecovery, "paper-recovery", false, "recover entries as ShiftLock §3.6 does, without probing members (microbenchmarks only)")
-	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts")
+	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts (required without -etcd)")
 	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
 	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
 	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served)")
@@ -187,6 +187,11 @@ func (c config) validate() error {
 		return errors.New("restart_grace must not be negative")
 	case len(c.Etcd) > 0 && c.StateDir != "":
 		return errors.New("state_dir and etcd_endpoints exclude each other: with etcd the state lives there")
+	case len(c.Etcd) == 0 && c.StateDir == "":
+		return errors.New(`state_dir is not set. A memory node restarted without its state would grant at once the locks ` +
+			`its previous run granted, while their holders still believe they hold them, and hand out fencing tokens that go ` +
+			`back. Give -state-dir DIR (a directory kept across restarts, one per memory node, e.g. /var/lib/shiftlock), ` +
+			`or -etcd to keep the state in etcd and fail over to a standby`)
 	case len(c.Etcd) > 0 && ha.ValidShard(c.Shard) != nil:
 		return ha.ValidShard(c.Shard)
 	case len(c.Etcd) > 0 && c.EtcdPatience > c.DeadAfter:

@@ -82,8 +82,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("generation", zap.Uint64("generation", mcfg.Generation), zap.Uint64("relcnt_base", mcfg.RelBase),
 			zap.Duration("restart_grace", time.Until(mcfg.GraceUntil).Round(time.Millisecond)))
-	} else if cfg.RestartGrace != 0 {
-		log.Warn("restart_grace needs state_dir: without saved state every start is generation 1 with nothing to wait for")
 	}
 	if len(cfg.Etcd) > 0 {
 		return runHA(ctx, cfg, mcfg, log, stdout)

@@ -57,9 +57,12 @@ restart_grace: 30s
 	if err != nil || cfg.Entries != 1024 || cfg.DeadAfter != 2*time.Second {
 		t.Fatalf("file values: %+v %v", cfg, err)
 	}
-	// No file: the documented defaults.
-	cfg, err = parseConfig(nil, &bytes.Buffer{})
-	if err != nil || !reflect.DeepEqual(cfg, defaultConfig()) {
+	// No file: the documented defaults, and the state directory every
+	// memory node without etcd needs.
+	cfg, err = parseConfig([]string{"-state-dir", "/var/lib/shiftlock"}, &bytes.Buffer{})
+	want = defaultConfig()
+	want.StateDir = "/var/lib/shiftlock"
+	if err != nil || !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
 	if d := defaultConfig(); d.Listen != "127.0.0.1:7300" || d.Entries != 1<<20 || d.Eras != 64 ||
@@ -69,13 +72,14 @@ restart_grace: 30s
 }
 
 func TestShippedConfigParses(t *testing.T) {
-	cfg, err := parseConfig([]string{"-config", "../../configs/memnode.yaml"}, &bytes.Buffer{})
+	cfg, err := parseConfig([]string{"-config", "../../configs/memnode.yaml", "-state-dir", "/var/lib/shiftlock"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Etcd) == 0 {
 		cfg.Etcd = nil // "etcd_endpoints: []" reads as an empty list
 	}
+	cfg.StateDir = ""
 	if !reflect.DeepEqual(cfg, defaultConfig()) {
 		t.Fatalf("configs/memnode.yaml differs from the built-in defaults:\n file %+v\n code %+v", cfg, defaultConfig())
 	}
@@ -95,9 +99,14 @@ func TestConfigErrors(t *testing.T) {
 		{"too many nodes", "max_nodes: 70000\n", nil, "max_nodes"},
 		{"stray argument", "", []string{"extra"}, "unexpected"},
 		{"negative grace", "restart_grace: -1s\n", nil, "restart_grace"},
+		{"no state", "", []string{"-listen", "127.0.0.1:7300"}, "state_dir is not set"},
+		{"state and etcd", "", []string{"-state-dir", "/tmp/x", "-etcd", "127.0.0.1:2379"}, "exclude each other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
+			if tc.name != "no state" && tc.name != "state and etcd" {
+				args = append([]string{"-state-dir", t.TempDir()}, args...)
+			}
 			if tc.file != "" {
 				args = append([]string{"-config", writeConfig(t, tc.file)}, args...)
 			}
@@ -135,7 +144,7 @@ func TestRun(t *testing.T) {
 	var stdout, stderr lockedBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "", "-entries", "64"}, &stdout, &stderr)
+		code <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "", "-entries", "64", "-state-dir", t.TempDir()}, &stdout, &stderr)
 	}()
 	var addr string
 	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -167,7 +176,7 @@ func TestRun(t *testing.T) {
 
 func TestRunBadConfig(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if c := run(context.Background(), []string{"-entries", "0"}, &out, &errOut); c != 2 {
+	if c := run(context.Background(), []string{"-entries", "0", "-state-dir", t.TempDir()}, &out, &errOut); c != 2 {
 		t.Fatalf("exit code %d for a bad config", c)
 	}
 	if c := run(context.Background(), []string{"-log-level", "loud"}, &out, &errOut); c != 2 {

@@ -34,6 +34,11 @@ type config struct {
 	Shards []string `yaml:"shards"`
 	// Entries sizes the embedded memory node's lock table.
 	Entries uint64 `yaml:"entries"`
+	// StateDir keeps the embedded memory node's state across restarts
+	// (memnode.Open): its generation, the fencing high-water mark, and how
+	// long the locks it granted may still be in force. A restarted proxy
+	// serves no lock until then. Required with the embedded memory node.
+	StateDir string `yaml:"state_dir"`
 	// RangeTrees is how many range-lock trees (LOCK.RANGE.*) the embedded
 	// memory node holds, 1.4 MB each; range-lock names are spread over them.
 	RangeTrees int `yaml:"range_trees"`
@@ -225,6 +230,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Var(&etcd, "etcd", "etcd endpoints holding the shards' active memory nodes (repeat or comma-separate)")
 	fs.Var(&shards, "shard", "shard to join through etcd, in placement order (repeat or comma-separate)")
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
+	fs.StringVar(&f.StateDir, "state-dir", "", "directory kept across restarts for the embedded memory node's state (required with it)")
 	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node (1.4 MB each; 0: no range locks)")
 	fs.StringVar(&f.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
 	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
@@ -274,6 +280,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("etcd", func() { cfg.Etcd = etcd })
 	over("shard", func() { cfg.Shards = shards })
 	over("entries", func() { cfg.Entries = f.Entries })
+	over("state-dir", func() { cfg.StateDir = f.StateDir })
 	over("range-trees", func() { cfg.RangeTrees = f.RangeTrees })
 	over("peer-listen", func() { cfg.PeerListen = f.PeerListen })
 	over("advertise", func() { cfg.Advertise = f.Advertise })
@@ -336,6 +343,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if len(cfg.Etcd) > 0 && len(cfg.Memnodes) > 0 {
 		return config{}, errors.New("memnodes and shards exclude each other: with etcd, the memory nodes' addresses are read from it")
 	}
+	if cfg.embedded() && cfg.StateDir == "" {
+		return config{}, errEmbeddedNeedsState
+	}
 	for _, sh := range cfg.Shards {
 		if err := ha.ValidShard(sh); err != nil {
 			return config{}, err
@@ -373,6 +383,16 @@ func (c config) tlsConfig() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// embedded reports whether the proxy runs its own memory node in-process.
+func (c config) embedded() bool { return len(c.Memnodes) == 0 && len(c.Shards) == 0 }
+
+// errEmbeddedNeedsState says why a proxy on its embedded memory node will
+// not start without a state directory, and what to do.
+var errEmbeddedNeedsState = errors.New(`state_dir is not set. With the embedded memory node the lock table lives in this process: ` +
+	`a proxy restarted without its state would grant at once the locks its previous run granted, while their holders ` +
+	`still believe they hold them, and hand out fencing tokens that go back. Give -state-dir DIR (a directory kept across ` +
+	`restarts, one per proxy; make run uses var/proxy), or join a memory node with -memnode`)
 
 // recognisesOwners reports whether the proxy recognises a RedLock client's
 // key and token held through another proxy (redlock_quorum, or

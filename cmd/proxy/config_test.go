@@ -5,13 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
 // TestFrontendConfig: the RESP front end and its event loops come from the
 // defaults, then the YAML file, then the flags; bad values are refused.
 func TestFrontendConfig(t *testing.T) {
-	cfg, err := parseConfig(nil, io.Discard)
+	cfg, err := parseConfig([]string{"-state-dir", t.TempDir()}, io.Discard)
 	if err != nil || cfg.Frontend != "gnet" || cfg.EventLoops != 1 {
 		t.Fatalf("defaults: %q %d %v", cfg.Frontend, cfg.EventLoops, err)
 	}
@@ -19,11 +20,11 @@ func TestFrontendConfig(t *testing.T) {
 	if err := os.WriteFile(file, []byte("frontend: redcon\nevent_loops: 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err = parseConfig([]string{"-config", file}, io.Discard)
+	cfg, err = parseConfig([]string{"-config", file, "-memnode", "127.0.0.1:7300"}, io.Discard)
 	if err != nil || cfg.Frontend != "redcon" || cfg.EventLoops != 2 {
 		t.Fatalf("from the file: %q %d %v", cfg.Frontend, cfg.EventLoops, err)
 	}
-	cfg, err = parseConfig([]string{"-config", file, "-frontend", "gnet", "-event-loops", "3"}, io.Discard)
+	cfg, err = parseConfig([]string{"-config", file, "-memnode", "127.0.0.1:7300", "-frontend", "gnet", "-event-loops", "3"}, io.Discard)
 	if err != nil || cfg.Frontend != "gnet" || cfg.EventLoops != 3 {
 		t.Fatalf("flags over the file: %q %d %v", cfg.Frontend, cfg.EventLoops, err)
 	}
@@ -47,7 +48,7 @@ func TestProcs(t *testing.T) {
 		{[]string{"-frontend", "redcon"}, 0},
 		{[]string{"-frontend", "redcon", "-procs", "2"}, 2},
 	} {
-		cfg, err := parseConfig(c.args, io.Discard)
+		cfg, err := parseConfig(append([]string{"-state-dir", "/tmp/p"}, c.args...), io.Discard)
 		if err != nil || cfg.procs() != c.want {
 			t.Errorf("%v: procs %d, %v; want %d", c.args, cfg.procs(), err, c.want)
 		}
@@ -65,5 +66,18 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if cfg.Frontend != "gnet" || cfg.EventLoops != 1 {
 		t.Fatalf("front end %q, %d loops", cfg.Frontend, cfg.EventLoops)
+	}
+}
+
+// TestEmbeddedNeedsState: a proxy on its embedded memory node refuses to
+// start without a state directory, and says how to fix it; one that joins a
+// memory node needs none.
+func TestEmbeddedNeedsState(t *testing.T) {
+	_, err := parseConfig(nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "state_dir is not set") || !strings.Contains(err.Error(), "-state-dir DIR") {
+		t.Fatalf("embedded without state_dir: %v", err)
+	}
+	if _, err := parseConfig([]string{"-memnode", "127.0.0.1:7300"}, io.Discard); err != nil {
+		t.Fatalf("with a memory node: %v", err)
 	}
 }

@@ -86,6 +86,9 @@ func (mb *member) connect(ctx context.Context) error {
 	cfg.OwnerTags = !mb.solo && mb.recognise
 	c := shiftlock.NewClient(ep, cfg)
 	lease := lockmap.NewLease(ep)
+	if mb.solo {
+		lease = lockmap.NewSoloLease(ep, soloMargin)
+	}
 	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease}
 	mb.close = func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -176,15 +179,31 @@ const graceRetry = 50 * time.Millisecond
 const (
 	soloForever    = 365 * 24 * time.Hour
 	soloStaleAfter = time.Second
+	// soloMargin is what the embedded memory node's horizon adds to the
+	// longest TTL, so that its beats (every 100 ms) cover the next grant
+	// without a push; a restart waits that much longer.
+	soloMargin = 250 * time.Millisecond
 )
 
 // members describes one membership per configured memory node, or one
 // embedded memory node if none is configured.
 func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 	slcfg := shiftlock.Config{Threshold: cfg.Threshold, Logger: log}
-	if len(cfg.Memnodes) == 0 && len(cfg.Shards) == 0 {
-		host := memnode.New(memnode.Config{Entries: cfg.Entries, RangeBytes: uint64(cfg.RangeTrees) * lockmap.RangeTreeBytes(),
-			DeadAfter: soloForever, MaxLease: soloForever, Logger: log.Named("memnode")})
+	if cfg.embedded() {
+		// The table dies with the process, so the state directory carries
+		// what the next start owes this one: tokens above every token
+		// handed out, and no grant until every lock granted may have run
+		// out (memnode.Open).
+		mcfg, err := memnode.Open(cfg.StateDir, memnode.Config{Entries: cfg.Entries, RangeBytes: uint64(cfg.RangeTrees) * lockmap.RangeTreeBytes(),
+			DeadAfter: soloForever, MaxLease: soloForever, Solo: true, Logger: log.Named("memnode")})
+		if err != nil {
+			return nil, nil, err
+		}
+		if wait := time.Until(mcfg.GraceUntil); wait > 0 {
+			log.Warn("restart grace: locks the previous run granted may still be held; serving no lock until they have run out",
+				zap.String("state_dir", cfg.StateDir), zap.Uint64("generation", mcfg.Generation), zap.Duration("grace", wait.Round(time.Millisecond)))
+		}
+		host := memnode.New(mcfg)
 		fab := memfab.New(host)
 		mb := &member{name: "embedded", solo: true, cfg: slcfg, log: log,
 			join: func(context.Context) (rdma.Endpoint, error) { return fab.Join(cfg.Name) }}
@@ -261,13 +280,17 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 	return ms, func() { cancel(); _ = cli.Close() }, nil
 }
 
-// joinAll joins every memory node once at startup, retrying for up to a
-// minute while one is in its restart grace (it answers ErrUnavailable) or,
-// for a shard, while its active memory node cannot be reached (a failover
-// may be under way).
+// joinAll joins every memory node once at startup. A memory node that
+// answers ErrUnavailable (in its restart grace, which lasts as long as the
+// locks of its previous run may, or deposed during a failover) is asked
+// again until it admits the proxy, however long that takes: starting to
+// serve before would grant locks that may still be held. For a shard, an
+// active memory node that cannot be reached is retried for up to a minute
+// (a failover may be under way); any other error ends the start.
 func joinAll(ctx context.Context, ms []*member) error {
 	for _, mb := range ms {
 		deadline := time.Now().Add(time.Minute)
+		var logged time.Time
 		for {
 			jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err := mb.connect(jctx)
@@ -275,11 +298,19 @@ func joinAll(ctx context.Context, ms []*member) error {
 			if err == nil {
 				break
 			}
-			if (!errors.Is(err, rdma.ErrUnavailable) && mb.follow == nil) || time.Now().After(deadline) || ctx.Err() != nil {
+			grace := errors.Is(err, rdma.ErrUnavailable)
+			if (!grace && (mb.follow == nil || time.Now().After(deadline))) || ctx.Err() != nil {
 				return err
 			}
-			mb.log.Info("memory node not ready; retrying", zap.String("memnode", mb.name), zap.Error(err))
-			time.Sleep(500 * time.Millisecond)
+			if time.Since(logged) >= 5*time.Second {
+				logged = time.Now()
+				mb.log.Info("memory node not ready; retrying", zap.String("memnode", mb.name), zap.Error(err))
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(graceRetry):
+			}
 		}
 	}
 	return nil

@@ -226,13 +226,19 @@ type target struct {
 }
 
 type proc struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd
+	addr  string
+	state string // a state directory to remove once stopped
 }
 
 // stop asks for a graceful shutdown (the proxy flushes a CPU profile then)
 // and kills after a grace period.
-func (p *proc) stop() { procutil.Stop(p.cmd, syscall.SIGTERM, 5*time.Second) }
+func (p *proc) stop() {
+	procutil.Stop(p.cmd, syscall.SIGTERM, 5*time.Second)
+	if p.state != "" {
+		_ = os.RemoveAll(p.state)
+	}
+}
 
 func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
@@ -248,9 +254,21 @@ func start(bin string, args []string, ready *regexp.Regexp, fixedAddr string) (*
 	return p, nil
 }
 
+// startProxy starts a proxy on its embedded memory node, with a state
+// directory of its own (extra may name another, or a memory node).
 func startProxy(bin string, extra []string) (*proc, error) {
-	return start(bin, append([]string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn"}, extra...),
+	dir, err := os.MkdirTemp("", "proxybench-state-")
+	if err != nil {
+		return nil, err
+	}
+	p, err := start(bin, append([]string{"-listen", "127.0.0.1:0", "-metrics", "", "-log-level", "warn", "-state-dir", dir}, extra...),
 		regexp.MustCompile(`proxy listening on (\S+)`), "")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	p.state = dir
+	return p, nil
 }
 
 func startRedis(bin string) (*proc, error) {

@@ -279,11 +279,37 @@ var (
 	ProxyReady   = regexp.MustCompile(`proxy listening on (\S+)`)
 )
 
-// Memnode starts cmd/memnode on a free loopback port.
+// Memnode starts cmd/memnode on a free loopback port, with a state
+// directory of its own unless args keep the state in etcd or name one.
 func Memnode(t testing.TB, args ...string) *Proc {
 	t.Helper()
-	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, args...)
-	return Start(t, "memnode", Bin(t, "memnode"), args, MemnodeReady)
+	base := []string{"-listen", "127.0.0.1:0", "-metrics", ""}
+	if !hasFlag(args, "etcd", "state-dir") {
+		base = append(base, "-state-dir", t.TempDir())
+	}
+	return Start(t, "memnode", Bin(t, "memnode"), append(base, args...), MemnodeReady)
+}
+
+// hasFlag reports whether args give one of the flags named.
+func hasFlag(args []string, names ...string) bool {
+	for _, a := range args {
+		for _, n := range names {
+			if a == "-"+n || a == "--"+n || strings.HasPrefix(a, "-"+n+"=") || strings.HasPrefix(a, "--"+n+"=") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// StateDirArgs are the arguments a proxy started with args needs for its
+// state: a new directory when it runs the embedded memory node (no
+// -memnode, -etcd or -state-dir of its own), none otherwise.
+func StateDirArgs(t testing.TB, args []string) []string {
+	if hasFlag(args, "memnode", "etcd", "state-dir", "config") {
+		return nil
+	}
+	return []string{"-state-dir", t.TempDir()}
 }
 
 // FrontendEnv names the environment variable that picks the RESP front end
@@ -302,10 +328,12 @@ func ProxyArgs() []string {
 	return nil
 }
 
-// Proxy starts cmd/proxy on a free loopback port.
+// Proxy starts cmd/proxy on a free loopback port, with a state directory of
+// its own if it runs the embedded memory node.
 func Proxy(t testing.TB, args ...string) *Proc {
 	t.Helper()
 	base := append([]string{"-listen", "127.0.0.1:0", "-metrics", ""}, ProxyArgs()...)
+	base = append(base, StateDirArgs(t, args)...)
 	return Start(t, "proxy", Bin(t, "proxy"), append(base, args...), ProxyReady)
 }
 

@@ -28,7 +28,7 @@ func startMemnode(t *testing.T, args ...string) *memnodeProc {
 	if testing.Short() {
 		t.Skip("builds and runs the memnode binary")
 	}
-	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-entries", "4096"}, args...)
+	args = append([]string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-entries", "4096", "-state-dir", t.TempDir()}, args...)
 	p := testproc.Start(t, "memnode", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
 	// "metrics on" comes before "memnode listening on", so it is already in
 	// the output once the process is ready.

@@ -1,0 +1,137 @@
+package lockmap
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+)
+
+// TestSavedHorizonAlwaysCoversTheGrants: the memory node lowers its saved
+// horizon as the members' horizons come down, and members rely on a horizon
+// only once confirmed. Whatever the interleaving, a restart read at any
+// instant must wait out every grant the lease covered before that instant.
+// Horizons here go up and down every few hundred milliseconds (TTLs from
+// 20 ms to 2 s, the longest recent one forgotten after 200 ms), with two
+// members, one of which leaves halfway; a sampler reads the saved state as a
+// restart would and checks every covered grant against it.
+func TestSavedHorizonAlwaysCoversTheGrants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for seconds")
+	}
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	fab := memfab.New(host)
+
+	var mu sync.Mutex
+	var ends []time.Time // ends of covered grants, by when Cover returned
+	var covered []time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, run := range []time.Duration{3 * time.Second, 1500 * time.Millisecond} {
+		ep, err := fab.Join(string(rune('a' + i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls := NewLease(ep)
+		ls.headHold = 200 * time.Millisecond
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			defer func() { ls.Stop(); host.Leave(ep.Node()) }()
+			r := rand.New(rand.NewPCG(seed, 1))
+			ttls := []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
+			until := time.Now().Add(run)
+			for time.Now().Before(until) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ttl := ttls[r.IntN(len(ttls))]
+				if r.IntN(4) != 0 {
+					ttl = ttls[0] // mostly short: the horizon comes down between the long ones
+				}
+				end := time.Now().Add(ttl)
+				if err := ls.Cover(context.Background(), end, ttl); err != nil {
+					t.Error(err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				ends, covered = append(ends, end), append(covered, now)
+				mu.Unlock()
+				time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
+			}
+		}(uint64(i + 1))
+	}
+	checks := 0
+	for deadline := time.Now().Add(3500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(3 * time.Millisecond) {
+		// A restart now would read this and wait this long from now.
+		at := time.Now()
+		wait := time.Duration(cfg.Store.Get().MaxHorizonMs) * time.Millisecond
+		mu.Lock()
+		for i, c := range covered {
+			if c.Before(at) && ends[i].After(at.Add(wait)) {
+				mu.Unlock()
+				close(stop)
+				wg.Wait()
+				t.Fatalf("a grant covered %v before a restart at this instant ends %v after it, but the saved horizon is %v",
+					at.Sub(c), ends[i].Sub(at), wait)
+			}
+		}
+		mu.Unlock()
+		checks++
+	}
+	close(stop)
+	wg.Wait()
+	if len(ends) < 50 {
+		t.Fatalf("only %d grants covered", len(ends))
+	}
+	t.Logf("%d grants covered, %d restarts checked; saved horizon at the end %d ms", len(ends), checks, cfg.Store.Get().MaxHorizonMs)
+}
+
+// TestConfirmationIsNotReusedAfterTheHorizonFell: a lease that had a long
+// horizon confirmed, then published shorter ones while the memory node
+// lowered its saved horizon, must have the long one confirmed again before
+// it relies on it: the old confirmation no longer holds the saved horizon up.
+func TestConfirmationIsNotReusedAfterTheHorizonFell(t *testing.T) {
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := NewLease(ep)
+	t.Cleanup(ls.Stop)
+	ls.headHold = 100 * time.Millisecond
+	ls.floor, ls.margin = 0, 50*time.Millisecond // as a solo lease: nothing holds the horizon up but the grants
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	if err := ls.Cover(ctx, time.Now().Add(ttl), ttl); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); cfg.Store.Get().MaxHorizonMs >= 1000; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("saved horizon stayed at %d ms", cfg.Store.Get().MaxHorizonMs)
+		}
+	}
+	if err := ls.Cover(ctx, time.Now().Add(ttl), ttl); err != nil {
+		t.Fatal(err)
+	}
+	if s := time.Duration(cfg.Store.Get().MaxHorizonMs) * time.Millisecond; s < ttl {
+		t.Fatalf("a %v grant was covered while the saved horizon is %v: a restart now would grant its lock again", ttl, s)
+	}
+}
