@@ -61,6 +61,14 @@ type ExecOptions struct {
 	// Lookup first resolves the accounts' names to their ids with ZRANK
 	// inside WATCH (NamesKey), as the artifact does.
 	Lookup bool
+	// Hold, if set, is called with the transaction's locks held, after its
+	// reads and before its writes: what a holder that pauses there (a GC
+	// pause, a slow network, a TTL shorter than the work) would do, on the
+	// test's schedule. Tests use it to hold a lock past its TTL and run
+	// another transaction meanwhile, so that what an expired lock costs is
+	// shown every time instead of when the scheduler happens to interleave
+	// two holders. The benchmark never sets it.
+	Hold func()
 }
 
 // Exec runs t under two-phase locking: every lock, then the reads, the
@@ -87,10 +95,10 @@ func Exec(ctx context.Context, rdb *redis.Client, l Locker, t Txn, opt ExecOptio
 		if !ok {
 			err = fmt.Errorf("bank: the %s locker gives no fencing tokens", l.Name())
 		} else {
-			o, err = applyFenced(ctx, rdb, t, opt.Writes, fh)
+			o, err = applyFenced(ctx, rdb, t, opt.Writes, fh, opt.Hold)
 		}
 	} else {
-		o, err = apply(ctx, rdb, t, opt.Writes)
+		o, err = apply(ctx, rdb, t, opt.Writes, opt.Hold)
 	}
 	if rerr := held.Release(ctx); rerr != nil {
 		switch {
@@ -164,7 +172,8 @@ func parseBalances(keys []string, raw []any) ([]int64, error) {
 	return vals, nil
 }
 
-func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode) (Outcome, error) {
+// apply reads t's balances, calls hold (if set), and writes the new ones.
+func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, hold func()) (Outcome, error) {
 	keys := t.Keys()
 	raw, err := rdb.MGet(ctx, keys...).Result()
 	if err != nil {
@@ -175,6 +184,9 @@ func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode) (Outcome,
 		return Outcome{}, err
 	}
 	o := t.Apply(vals)
+	if hold != nil {
+		hold()
+	}
 	var args []any
 	for i, ch := range o.Changed {
 		if ch {

@@ -131,7 +131,7 @@ func fencedErr(err error) error {
 
 // applyFenced is apply with every read and write checked against the
 // fences.
-func applyFenced(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, h Fenced) (Outcome, error) {
+func applyFenced(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, h Fenced, hold func()) (Outcome, error) {
 	f, err := txnFences(t, h)
 	if err != nil {
 		return Outcome{}, err
@@ -150,6 +150,9 @@ func applyFenced(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, h F
 		return Outcome{}, err
 	}
 	o := t.Apply(vals)
+	if hold != nil {
+		hold()
+	}
 	wkeys := append([]string(nil), f.keys...)
 	wargs := append(append([]any(nil), f.args...), w.String())
 	for i, ch := range o.Changed {

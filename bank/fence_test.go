@@ -39,14 +39,14 @@ func TestFencesRefuseTheStaleHolder(t *testing.T) {
 
 	// A (token 5) commits, its lock runs out, B (token 6) commits; A,
 	// still believing it holds the lock, goes on with its old token.
-	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, a); err != nil {
+	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, a, nil); err != nil {
 		t.Fatalf("A, first holder: %v", err)
 	}
-	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, b); err != nil {
+	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, b, nil); err != nil {
 		t.Fatalf("B, newer holder: %v", err)
 	}
 	// A is now stale in full: its next read is refused too.
-	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, a); !errors.Is(err, ErrFenced) {
+	if _, err := applyFenced(ctx, rdb, deposit, WritesSet, a, nil); !errors.Is(err, ErrFenced) {
 		t.Fatalf("A's read after B's: %v, want ErrFenced", err)
 	}
 	if got, _ := rdb.Get(ctx, CheckingKey(3)).Int64(); got != start+200 {
@@ -70,21 +70,21 @@ func TestFencesRefuseTheStaleHolder(t *testing.T) {
 	if v, _ := rdb.Get(ctx, CheckingKey(4)).Int64(); v == 1 {
 		t.Fatal("the refused write happened")
 	}
-	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 4, Amount: 1}, WritesIncr, d); err != nil {
+	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 4, Amount: 1}, WritesIncr, d, nil); err != nil {
 		t.Fatalf("the newest holder's incr write: %v", err)
 	}
 
 	// A stale shared holder may still read: it writes nothing.
-	if _, err := applyFenced(ctx, rdb, Txn{Type: Balance, A: 3}, WritesSet, a); err != nil {
+	if _, err := applyFenced(ctx, rdb, Txn{Type: Balance, A: 3}, WritesSet, a, nil); err != nil {
 		t.Fatalf("stale Balance: %v", err)
 	}
 	// Tokens past 2^53 compare exactly (Lua numbers would round them).
 	big := tokens{LockKey(5): 1<<60 + 1}
 	bigger := tokens{LockKey(5): 1<<60 + 2}
-	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 5, Amount: 1}, WritesSet, bigger); err != nil {
+	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 5, Amount: 1}, WritesSet, bigger, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 5, Amount: 1}, WritesSet, big); !errors.Is(err, ErrFenced) {
+	if _, err := applyFenced(ctx, rdb, Txn{Type: DepositChecking, A: 5, Amount: 1}, WritesSet, big, nil); !errors.Is(err, ErrFenced) {
 		t.Fatalf("token 2^60+1 after 2^60+2: %v, want ErrFenced", err)
 	}
 }

@@ -2,6 +2,7 @@ package bank_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -106,71 +107,140 @@ func TestLockersKeepTheBooks(t *testing.T) {
 	}
 }
 
-// TestAuditCatchesNoLocks shows the audit can fail: without locks, the
-// same contention loses updates (absolute writes) or overdraws savings
-// (delta writes). Contention is random, so each gets a few tries.
-//
-// An overdraft needs two withdrawals (or a withdrawal and an Amalgamate)
-// on one account inside each other's read-to-write window while its
-// savings are low. The final scan alone missed five one-second runs in a
-// row on a loaded CI host even with every hot draw on one account: a later
-// deposit or Amalgamate repairs the balance. The audit therefore also
-// counts the writes the data store answered with a negative savings
-// balance (Audit.Overdrawn).
-func TestAuditCatchesNoLocks(t *testing.T) {
-	c := startCluster(t)
-	caught := func(writes bank.WriteMode, skew string, bad func(*bank.Result) bool) {
-		for try := 1; try <= 5; try++ {
-			res := c.run(t, bank.LockerConfig{Name: "none"}, skew, 32, writes, time.Second)
-			if bad(res) {
-				return
+// interleave runs first under l, and, while first holds its locks between
+// its reads and its writes (ExecOptions.Hold), runs second from start to
+// end. Under a lock that works, second can only start once first's lock is
+// gone: the lockers wait for it (redlock-rs retries, LOCK.ACQUIRE queues),
+// so with a short TTL second runs exactly when first's lock has expired,
+// and first then writes what it computed from its stale read. Nothing is
+// left to the scheduler. The bank is audited over the two, counting the
+// deltas and overdrafts of the transactions that committed, as Run does.
+func (c *cluster) interleave(t *testing.T, l bank.Locker, opt bank.ExecOptions, first, second bank.Txn) (a bank.Audit, err1, err2 error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before, err := bank.Scan(ctx, c.data, testAccounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o2 bank.Outcome
+	ran := false
+	opt1 := opt
+	opt1.Hold = func() {
+		ran = true
+		o2, err2 = bank.Exec(ctx, c.data, l, second, opt)
+	}
+	o1, err1 := bank.Exec(ctx, c.data, l, first, opt1)
+	if !ran {
+		t.Fatalf("the first transaction ended before its writes: %v", err1)
+	}
+	if a.After, err = bank.Scan(ctx, c.data, testAccounts); err != nil {
+		t.Fatal(err)
+	}
+	a.Before = before
+	for _, r := range []struct {
+		o   bank.Outcome
+		err error
+	}{{o1, err1}, {o2, err2}} {
+		if r.err == nil || (errors.Is(r.err, bank.ErrRelease) && !errors.Is(r.err, bank.ErrFenced)) {
+			a.Deltas += r.o.Delta
+			if r.o.Overdrawn {
+				a.Overdrawn++
 			}
 		}
-		t.Errorf("writes=%v on %s: five runs without locks and the audit never failed", writes, skew)
 	}
-	caught(bank.WritesSet, contended, func(r *bank.Result) bool { return !r.Audit.OK && r.Audit.Mismatch != 0 })
-	caught(bank.WritesIncr, "hotspot:0.01:90", func(r *bank.Result) bool {
-		return !r.Audit.OK && (r.Audit.Overdrawn > 0 || r.Audit.After.NegativeSavings > 0)
-	})
+	a.Check()
+	t.Logf("%s: first %v; second %v; audit OK=%v %v", l.Name(), err1, err2, a.OK, a.Problems)
+	return a, err1, err2
 }
 
-// TestShortTTLCorruptsRedLockButNotFencedProxy is the safety story: with
-// a lock TTL shorter than the transactions, RedLock (the redlock-rs-style
-// client) lets two holders work on one account and the books stop adding
-// up, while the proxy, whose fencing tokens the data store checks, keeps
-// them exact: what would have been a lost update is refused and retried.
+func (c *cluster) balance(t *testing.T, key string) int64 {
+	t.Helper()
+	v, err := c.data.Get(context.Background(), key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestAuditCatchesNoLocks shows the audit can fail: without locks, two
+// transactions on one account lose an update (absolute writes) or overdraw
+// savings (delta writes). The second runs inside the first's read-to-write
+// window, every time (interleave): before, the test hoped for the overlap
+// in up to five one-second runs of 32 clients, and the final scan alone
+// missed overdrafts that a later deposit repaired.
+func TestAuditCatchesNoLocks(t *testing.T) {
+	c := startCluster(t)
+	const acct = 7
+	start := c.balance(t, bank.CheckingKey(acct))
+	a, _, _ := c.interleave(t, bank.NoLocker{}, bank.ExecOptions{Writes: bank.WritesSet},
+		bank.Txn{Type: bank.DepositChecking, A: acct, Amount: 100}, bank.Txn{Type: bank.DepositChecking, A: acct, Amount: 1000})
+	if a.OK || a.Mismatch != -1000 {
+		t.Errorf("absolute writes without locks: audit OK=%v, mismatch %d, want the second deposit's -1000 lost", a.OK, a.Mismatch)
+	}
+	if got := c.balance(t, bank.CheckingKey(acct)); got != start+100 {
+		t.Errorf("checking %d, want %d: the first deposit's stale write wins", got, start+100)
+	}
+
+	// Both withdraw the whole savings balance; each saw enough money.
+	savings := c.balance(t, bank.SavingsKey(acct))
+	if savings <= 0 {
+		t.Fatalf("account %d has savings %d: pick one with money", acct, savings)
+	}
+	withdraw := bank.Txn{Type: bank.TransactSavings, A: acct, Amount: -savings}
+	a, _, _ = c.interleave(t, bank.NoLocker{}, bank.ExecOptions{Writes: bank.WritesIncr}, withdraw, withdraw)
+	if a.OK || a.Overdrawn != 1 || a.After.NegativeSavings == 0 {
+		t.Errorf("delta writes without locks: audit OK=%v, %d overdrawn writes, %d negative savings; want the first withdrawal's write overdrawn", a.OK, a.Overdrawn, a.After.NegativeSavings)
+	}
+}
+
+// TestShortTTLCorruptsRedLockButNotFencedProxy is the safety story: a
+// holder whose lock expires while it works (here, held past its TTL between
+// its read and its write) lets a second holder in. With RedLock (the
+// redlock-rs-style client), the first holder's stale write then undoes the
+// second's and the books stop adding up. With the proxy, whose fencing
+// tokens the data store checks, the stale write is refused and the books
+// stay exact. Before, the test ran eight one-second loads with a 4 ms TTL
+// and hoped a lock would expire in a transaction's middle; on an idle
+// machine none did.
 func TestShortTTLCorruptsRedLockButNotFencedProxy(t *testing.T) {
 	c := startCluster(t)
-	const hot = "hotspot:0.01:90" // one account gets 90% of the draws
-	corrupted, expired := false, false
-	for try := 1; try <= 8 && !corrupted; try++ {
-		// Not 2 ms: the crate's validity check (TTL - 2 ms drift - elapsed)
-		// refuses every try that takes under 1 ms at a TTL of 2 ms.
-		res := c.run(t, bank.LockerConfig{Name: "redlock-rs", LockRedis: c.lockRedis[:1], TTL: 4 * time.Millisecond}, hot, 32, bank.WritesSet, time.Second)
-		if res.Expired > 0 && res.Audit.OK {
-			t.Errorf("redlock-rs with %d expired locks passed its audit", res.Expired)
-		}
-		expired = expired || res.Expired > 0
-		corrupted = res.Audit.Mismatch != 0
+	const acct = 11
+	const ttl = 20 * time.Millisecond
+	first := bank.Txn{Type: bank.DepositChecking, A: acct, Amount: 100}
+	second := bank.Txn{Type: bank.DepositChecking, A: acct, Amount: 1000}
+
+	rl, err := bank.NewRedlockRSLocker(c.lockRedis[:1], ttl)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !expired {
-		t.Error("redlock-rs with a 4 ms TTL: no lock ever expired before release")
+	defer rl.Close()
+	start := c.balance(t, bank.CheckingKey(acct))
+	a, err1, err2 := c.interleave(t, rl, bank.ExecOptions{Writes: bank.WritesSet}, first, second)
+	if !errors.Is(err1, bank.ErrRelease) || err2 != nil {
+		t.Errorf("redlock-rs: first %v (want its lock gone at release), second %v", err1, err2)
 	}
-	if !corrupted {
-		t.Error("eight runs of redlock-rs with a 4 ms TTL and the money always added up")
+	if a.OK || a.Mismatch != -second.Amount {
+		t.Errorf("redlock-rs: audit OK=%v, mismatch %d; want the second deposit's %d lost", a.OK, a.Mismatch, -second.Amount)
 	}
-	fenced := false
-	for try := 1; try <= 8 && !fenced; try++ {
-		res := c.run(t, bank.LockerConfig{Name: "proxy", Proxies: c.proxies[:1], Fence: true, TTL: 2 * time.Millisecond}, hot, 32, bank.WritesSet, time.Second)
-		if !res.Audit.OK {
-			t.Fatalf("fenced proxy with a 2 ms TTL failed its audit: %v", res.Audit.Problems)
-		}
-		if res.All.Committed == 0 {
-			t.Error("fenced proxy: nothing committed")
-		}
-		fenced = res.Fenced > 0
+	if got := c.balance(t, bank.CheckingKey(acct)); got != start+first.Amount {
+		t.Errorf("redlock-rs: checking %d, want %d (the stale write)", got, start+first.Amount)
 	}
-	if !fenced {
-		t.Error("eight runs of the fenced proxy with a 2 ms TTL and the fences never refused an attempt")
+
+	fl, err := bank.NewLockCmdLocker(c.proxies[0], ttl, 30*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	start = c.balance(t, bank.CheckingKey(acct))
+	a, err1, err2 = c.interleave(t, fl, bank.ExecOptions{Writes: bank.WritesSet, Fence: true}, first, second)
+	if !errors.Is(err1, bank.ErrFenced) || err2 != nil {
+		t.Errorf("fenced proxy: first %v (want fenced out), second %v", err1, err2)
+	}
+	if !a.OK {
+		t.Errorf("fenced proxy: audit failed: %v", a.Problems)
+	}
+	if got := c.balance(t, bank.CheckingKey(acct)); got != start+second.Amount {
+		t.Errorf("fenced proxy: checking %d, want %d (the second deposit only)", got, start+second.Amount)
 	}
 }

@@ -505,3 +505,113 @@ func TestShorterTTLAfterLongerExpires(t *testing.T) {
 		t.Fatalf("a minute-long hold went with the short one: %+v", in)
 	}
 }
+
+// holder is key's only holder on m, or fails the test.
+func holder(t *testing.T, m *lockmap.Map, key string) lockmap.Holder {
+	t.Helper()
+	in, err := m.Lookup(context.Background(), key)
+	if err != nil || in.State != lockmap.HeldHere || len(in.Holders) != 1 {
+		t.Fatalf("%s: %+v %v, want one holder here", key, in, err)
+	}
+	return in.Holders[0]
+}
+
+// TestReassignKeepsTheLock: a hold changes hands in place, keeping its
+// lock (same fencing token, never free in between) with the new TTL; all
+// or nothing over several keys; and a hold it cannot move (wrong token,
+// a shadow of a lock held through another proxy, a shared hold) stays
+// exactly as it was.
+func TestReassignKeepsTheLock(t *testing.T) {
+	a, b := twoProxies(t, 1<<12)
+	c := ctx(t)
+	if _, ok, _ := a.Acquire(c, []string{"k"}, "foobar", excl(time.Minute, 0)); !ok {
+		t.Fatal("acquire")
+	}
+	before := holder(t, a, "k")
+	if ok, err := a.Reassign(c, []string{"k"}, []string{"other"}, "foobaz", 5*time.Second); ok || err != nil {
+		t.Fatalf("reassign from the wrong token: %v %v", ok, err)
+	}
+	if h := holder(t, a, "k"); h.Token != "foobar" || h.TTL <= 5*time.Second {
+		t.Fatalf("after a refused reassign: %+v", h)
+	}
+	if ok, err := a.Reassign(c, []string{"k"}, []string{"foobar"}, "foobaz", 5*time.Second); !ok || err != nil {
+		t.Fatalf("reassign: %v %v", ok, err)
+	}
+	h := holder(t, a, "k")
+	if h.Token != "foobaz" || h.Fence != before.Fence || h.TTL > 5*time.Second || h.TTL <= 0 {
+		t.Fatalf("after reassign: %+v, want foobaz with fence %d and a 5s TTL", h, before.Fence)
+	}
+	if a.Release("k", "foobar") || !a.Release("k", "foobaz") {
+		t.Fatal("the old token released it, or the new one could not")
+	}
+
+	// Several keys: one that cannot move keeps the others where they are.
+	if _, ok, _ := a.Acquire(c, []string{"m1", "m2"}, "tok", excl(time.Minute, 0)); !ok {
+		t.Fatal("multi acquire")
+	}
+	if _, ok, _ := a.Acquire(c, []string{"m3"}, "else", excl(time.Minute, 0)); !ok {
+		t.Fatal("acquire m3")
+	}
+	if ok, _ := a.Reassign(c, []string{"m1", "m3"}, []string{"tok", "tok"}, "new", time.Second); ok {
+		t.Fatal("reassigned a key another token holds")
+	}
+	if holder(t, a, "m1").Token != "tok" || holder(t, a, "m3").Token != "else" {
+		t.Fatal("a refused multi-key reassign changed a hold")
+	}
+	if ok, _ := a.Reassign(c, []string{"m1", "m2"}, []string{"tok", "tok"}, "new", time.Second); !ok {
+		t.Fatal("multi-key reassign")
+	}
+	if holder(t, a, "m1").Token != "new" || holder(t, a, "m2").Token != "new" {
+		t.Fatal("multi-key reassign did not move both")
+	}
+
+	// A shadow: b answers for a's lock, which b's hold cannot give away.
+	if _, ok, _ := a.Acquire(c, []string{"s"}, lockmap.TokT, excl(time.Minute, 0)); !ok {
+		t.Fatal("acquire s")
+	}
+	if _, ok, err := shadowOf(c, b, "s", lockmap.TokT); !ok || err != nil {
+		t.Fatalf("shadow: %v %v", ok, err)
+	}
+	if ok, _ := b.Reassign(c, []string{"s"}, []string{lockmap.TokT}, "new", time.Second); ok {
+		t.Fatal("a shadow changed hands")
+	}
+	if h := holder(t, b, "s"); h.Token != lockmap.TokT || !h.Shadow || h.TTL <= time.Second {
+		t.Fatalf("the shadow after a refused reassign: %+v", h)
+	}
+
+	// A shared hold shares its lock with other tokens.
+	if _, ok, _ := a.Acquire(c, []string{"r"}, "reader", lockmap.AcquireOptions{Mode: shiftlock.Shared, TTL: time.Minute}); !ok {
+		t.Fatal("shared acquire")
+	}
+	if ok, _ := a.Reassign(c, []string{"r"}, []string{"reader"}, "new", time.Second); ok {
+		t.Fatal("a shared hold changed hands")
+	}
+	if _, err := a.Reassign(c, []string{"r"}, []string{"reader"}, "new", 0); !errors.Is(err, lockmap.ErrBadTTL) {
+		t.Fatalf("reassign without a TTL: %v", err)
+	}
+}
+
+// TestExtendTakesTheTokenLiterally: an empty token names the holds taken
+// with an empty token, never every holder; ExtendAny (PEXPIRE) does that.
+func TestExtendTakesTheTokenLiterally(t *testing.T) {
+	a, _ := twoProxies(t, 1<<12)
+	c := ctx(t)
+	if _, ok, _ := a.Acquire(c, []string{"k"}, "holder", excl(time.Minute, 0)); !ok {
+		t.Fatal("acquire")
+	}
+	if ok, _ := a.Extend(c, "k", "", time.Second); ok {
+		t.Fatal("an empty token extended another token's hold")
+	}
+	if ok, _ := a.Extend(c, "k", "", 0); ok || holder(t, a, "k").TTL <= time.Second {
+		t.Fatal("an empty token deleted or changed another token's hold")
+	}
+	if ok, _ := a.ExtendAny(c, "k", time.Second); !ok || holder(t, a, "k").TTL > time.Second {
+		t.Fatal("ExtendAny")
+	}
+	if _, ok, _ := a.Acquire(c, []string{"e"}, "", excl(time.Minute, 0)); !ok {
+		t.Fatal("acquire with an empty token")
+	}
+	if ok, _ := a.Extend(c, "e", "", time.Second); !ok {
+		t.Fatal("the empty token's own hold")
+	}
+}

@@ -220,6 +220,30 @@ func TestRoutedExtend(t *testing.T) {
 	}
 }
 
+// TestRoutedHoldsStayPut: a routed hold cannot change hands in place,
+// neither a share of the home's lock nor the home's own hold, since the
+// home knows its owner by the old token's tag: Reassign says no and
+// leaves them as they were.
+func TestRoutedHoldsStayPut(t *testing.T) {
+	ps := routed(t, 2)
+	key := keyHomedAt(t, ps, 0)
+	c := context.Background()
+	for _, p := range ps {
+		if _, ok, err := p.m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: time.Minute, Wait: time.Second}); !ok || err != nil {
+			t.Fatalf("%v %v", ok, err)
+		}
+		if ok, err := p.m.Reassign(c, []string{key}, []string{TokT}, TokU, time.Second); ok || err != nil {
+			t.Fatalf("a routed hold changed hands: %v %v", ok, err)
+		}
+		if in, _ := p.m.Lookup(c, key); len(in.Holders) != 1 || in.Holders[0].Token != TokT || in.Holders[0].TTL <= time.Second {
+			t.Fatalf("after a refused reassign: %+v", in.Holders)
+		}
+	}
+	for _, p := range ps {
+		p.m.Release(key, TokT)
+	}
+}
+
 // FuzzRouteDeliver: whatever arrives on the service target, from whichever
 // node, the router does not panic (answers are only taken from the home a
 // request went to, about its entry).

@@ -357,7 +357,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 			return
 		}
 	}
-	done, err := s.cfg.Map.Extend(st.ctx, key, "", ttl)
+	done, err := s.cfg.Map.ExtendAny(st.ctx, key, ttl)
 	if err != nil {
 		st.lockErr(err)
 		return

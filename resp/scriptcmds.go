@@ -77,6 +77,15 @@ func (o *scriptOps) Extend(key, token string, ttl time.Duration) (bool, error) {
 	return ok, err
 }
 
+func (o *scriptOps) Reassign(keys, from []string, token string, ttl time.Duration) (bool, error) {
+	if o.st.blocked {
+		return false, lockmap.ErrWouldBlock
+	}
+	ok, err := o.s.cfg.Map.Reassign(o.st.ctx, keys, from, token, ttl)
+	o.note(err)
+	return ok, err
+}
+
 func (o *scriptOps) PTTL(key string) (int64, error) {
 	if o.st.blocked {
 		return 0, lockmap.ErrWouldBlock

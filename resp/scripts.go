@@ -31,6 +31,11 @@ type ScriptOps interface {
 	Release(key, token string) (bool, error)
 	// Extend sets key's TTL to ttl if it is held by token.
 	Extend(key, token string, ttl time.Duration) (bool, error)
+	// Reassign gives each key, held by from[i], to token with TTL ttl,
+	// keeping the lock: Redis's SET of a new value over an old one. All or
+	// nothing; false, with nothing changed, when some key is not held by
+	// its from token or its hold cannot change hands in place.
+	Reassign(keys, from []string, token string, ttl time.Duration) (bool, error)
 	// PTTL is the remaining TTL in ms: -2 if key is not held, -1 if held without TTL.
 	PTTL(key string) (int64, error)
 }
@@ -470,19 +475,24 @@ func pexpire(ops ScriptOps, key, token string, n int64) (bool, error) {
 	return ops.Extend(key, token, ms(n))
 }
 
-// overwrite is SET key value PX ttl on a key whose current state (cur, held)
-// the caller has just read. A lock table has no unconditional overwrite, so
-// replacing another value is a release followed by an acquire; if someone
-// else takes the key in between, the overwrite fails.
-func overwrite(ops ScriptOps, key, cur string, held bool, value string, ttl time.Duration) (bool, error) {
-	if held && cur == value {
-		if ok, err := ops.Extend(key, value, ttl); ok || err != nil {
+// reobtain is SET key value PX ttl on a key whose current state (cur, held)
+// the caller has just read, and whose token the caller has shown to be its
+// own (bsm/redislock's prefix check). The hold changes hands in place: the
+// lock is never let go, so no one else can take it in between, and a
+// re-obtain that cannot be done leaves the hold exactly as it was.
+func reobtain(ops ScriptOps, key, cur string, held bool, value string, ttl time.Duration) (bool, error) {
+	if held {
+		if cur == value {
+			if ok, err := ops.Extend(key, value, ttl); ok || err != nil {
+				return ok, err
+			}
+		} else if ok, err := ops.Reassign([]string{key}, []string{cur}, value, ttl); ok || err != nil {
 			return ok, err
 		}
-		// Expired since it was read: fall through and take it anew.
-	} else if held {
-		if _, err := ops.Release(key, cur); err != nil {
-			return false, err
+		// Not held by cur any more, or not here in a way that can change
+		// hands (docs/compatibility.md). Take it only if it is now free.
+		if _, held = ops.Get(key); held {
+			return false, nil
 		}
 	}
 	return ops.Acquire([]string{key}, value, ttl, false)
@@ -608,6 +618,25 @@ func prefixMatches(cur, value string, offset int64) bool {
 	return redisGetrange(cur, 0, offset-1) == luaSub(value, 1, offset)
 }
 
+// errNoToken refuses a re-obtain whose token length shows no token: Redis
+// would run it, and it would overwrite a lock whose holder shares nothing,
+// or only the first byte, with the caller's value.
+const errNoToken = "ERR the token length (ARGV[2]) must be at least 1 to re-obtain a held lock: with %d, the script would take over a lock held under another token, which this proxy refuses"
+
+// ownsByPrefix is redislock's token check for a key held by cur, with the
+// proxy's one refusal: a non-positive offset makes Redis compare no token
+// at all (GETRANGE counts a negative end from the end of the value), so the
+// caller has not shown the lock to be its own.
+func ownsByPrefix(cur string, held bool, value string, offset int64) (bool, Reply) {
+	if !prefixMatches(cur, value, offset) {
+		return false, nilReply
+	}
+	if offset < 1 && held && cur != value {
+		return false, errorReply(fmt.Sprintf(errNoToken, offset))
+	}
+	return true, Reply{}
+}
+
 // execObtainPrefix: SET KEYS[1] ARGV[1] NX PX ARGV[3]; reply OK if it was
 // set. Otherwise, if the current value starts with the same ARGV[2]-byte
 // token, overwrite it with ARGV[1] and PX ARGV[3] (re-obtain with new
@@ -630,10 +659,10 @@ func execObtainPrefix(ops ScriptOps, keys, argv []string) Reply {
 		return bad
 	}
 	cur, held := ops.Get(key)
-	if !prefixMatches(cur, value, offset) {
-		return nilReply
+	if mine, r := ownsByPrefix(cur, held, value, offset); !mine {
+		return r
 	}
-	done, err := overwrite(ops, key, cur, held, value, ttl)
+	done, err := reobtain(ops, key, cur, held, value, ttl)
 	if err != nil {
 		return opsError(err)
 	}
@@ -689,31 +718,55 @@ func execObtainMulti(ops ScriptOps, keys, argv []string) Reply {
 	states := make([]state, len(ukeys))
 	for i, k := range ukeys {
 		cur, held := ops.Get(k)
-		if !prefixMatches(cur, value, offset) {
-			return nilReply
+		if mine, r := ownsByPrefix(cur, held, value, offset); !mine {
+			return r
 		}
 		states[i] = state{cur, held}
 	}
 	if !ok {
 		return bad
 	}
-	for i, k := range ukeys {
-		var done bool
-		var err error
-		if n <= 0 {
-			done = true
+	if n <= 0 {
+		// MSET, then a PEXPIRE that deletes: every key goes, and the
+		// token check showed each to be the caller's.
+		for i, k := range ukeys {
 			if states[i].held {
-				_, err = ops.Release(k, states[i].cur)
+				if _, err := ops.Release(k, states[i].cur); err != nil {
+					return opsError(err)
+				}
 			}
+		}
+		return okReply
+	}
+	// MSET: the held keys change hands in place, all at once; a key that
+	// went free since the MSETNX is taken first, so that a failure can give
+	// back what this call took, and only that.
+	var held, from, free []string
+	for i, k := range ukeys {
+		if states[i].held {
+			held, from = append(held, k), append(from, states[i].cur)
 		} else {
-			done, err = overwrite(ops, k, states[i].cur, states[i].held, value, ms(n))
+			free = append(free, k)
+		}
+	}
+	if len(free) > 0 {
+		got, err := ops.Acquire(free, value, ms(n), false)
+		if err != nil {
+			return opsError(err)
+		}
+		if !got {
+			return nilReply
+		}
+	}
+	done, err := ops.Reassign(held, from, value, ms(n))
+	if err != nil || !done {
+		for _, k := range free {
+			_, _ = ops.Release(k, value)
 		}
 		if err != nil {
 			return opsError(err)
 		}
-		if !done {
-			return nilReply
-		}
+		return nilReply
 	}
 	return okReply
 }

@@ -40,6 +40,9 @@ type fakeOps struct {
 	now   time.Time
 	locks map[string]fakeLock
 	err   error // when set, every mutating call fails with it
+	// pinned keys' holds cannot change hands in place (a shadow or a
+	// routed share in the real lock table): Reassign refuses them.
+	pinned map[string]bool
 }
 
 type fakeLock struct {
@@ -118,6 +121,26 @@ func (f *fakeOps) Extend(key, token string, ttl time.Duration) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+func (f *fakeOps) Reassign(keys, from []string, token string, ttl time.Duration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return false, f.err
+	}
+	if ttl <= 0 {
+		return false, errors.New("fake: Reassign with non-positive TTL")
+	}
+	for i, k := range keys {
+		if l, ok := f.live(k); !ok || l.token != from[i] || f.pinned[k] {
+			return false, nil
+		}
+	}
+	for _, k := range keys {
+		f.locks[k] = fakeLock{token, f.deadline(ttl)}
+	}
+	return true, nil
 }
 
 func (f *fakeOps) PTTL(key string) (int64, error) {
@@ -427,6 +450,21 @@ var semanticsTests = map[string]func(c *checker){
 		c.holder("m", "")
 		c.want(k("m"), a("tok1", "4", "-1"), errExpire)
 		c.want(k("l"), a("tok1other", "99", "5000"), okReply) // offset past the end compares whole strings
+		c.nativeOnly(func() {
+			// A negative token length makes Redis compare the holder's
+			// value without its last bytes: it would hand the lock to a
+			// value that shares no token with it. Refused, hold untouched.
+			c.want(k("l"), a("tok1othe", "-1", "5000"), errorReply("ERR the token length"))
+			c.holder("l", "tok1other")
+			c.pttl("l", 5000)
+			// A hold that cannot change hands in place (a shadow, a routed
+			// share): the re-obtain fails and the hold stays as it was.
+			c.f.pinned = map[string]bool{"l": true}
+			c.want(k("l"), a("tok1new", "4", "9000"), nilReply)
+			c.holder("l", "tok1other")
+			c.pttl("l", 5000)
+			c.f.pinned = nil
+		})
 	},
 	"obtain-multi-prefix": func(c *checker) {
 		c.want(k("a", "b"), a("tokAm", "4", "10000"), okReply)
@@ -458,6 +496,20 @@ var semanticsTests = map[string]func(c *checker){
 		c.holder("b", "")
 		c.want(k("g", "g"), a("tokG", "4", "1000"), okReply)
 		c.holder("g", "tokG")
+		c.set("h", "tokHm", 10*sec)
+		c.set("i", "tokHm", 10*sec)
+		c.nativeOnly(func() {
+			c.want(k("h", "i"), a("tokH", "-1", "5000"), errorReply("ERR the token length"))
+			c.holder("h", "tokHm")
+			c.pttl("h", 10000)
+			// One key cannot change hands in place: neither does the other.
+			c.f.pinned = map[string]bool{"i": true}
+			c.want(k("h", "i"), a("tokHn", "4", "5000"), nilReply)
+			c.holder("h", "tokHm")
+			c.holder("i", "tokHm")
+			c.pttl("h", 10000)
+			c.f.pinned = nil
+		})
 	},
 	"release-all": func(c *checker) {
 		c.set("a", "tok", 10*sec)

@@ -382,6 +382,38 @@ func (g *Guard) Vouch() {
 	}
 }
 
+// Retag makes g answer for owner tag tag instead of the one it was
+// acquired with: its owner's identity changed while it holds the lock (a
+// proxy's client re-obtained the key under a new token). From now on
+// questions about the old tag are not g's, and questions about the new one
+// are, once g is vouched for. Questions that were waiting for a vouch under
+// the old tag travel on, as when g lets go. Tag 0 makes g answer for no
+// tag at all (the new owner is not one recognition may name). A guard
+// without a tag ignores Retag: its owner takes no part in recognition.
+// g.tag, what the acquisition carried, stays: it only mattered while g was
+// queued.
+func (g *Guard) Retag(tag uint64) {
+	o := g.own
+	if o == nil || o.tag == 0 {
+		return
+	}
+	o.mu.Lock()
+	if o.tag == tag {
+		o.mu.Unlock()
+		return
+	}
+	g.c.owners.unlist(o) // listed under the old tag; a visit lists it anew
+	o.tag = tag
+	subs := o.subs
+	o.subs = nil
+	o.mu.Unlock()
+	for _, q := range subs {
+		if !q.viaList {
+			g.c.ownerQuery(g.self.Target, g.entry, q)
+		}
+	}
+}
+
 // QueryOwner asks whether entry i, which a try found with queue tail tail,
 // is held or waited for by a vouched writer with owner tag tag, waiting up
 // to wait for the answer. It returns that writer's token if so. It costs

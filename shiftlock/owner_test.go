@@ -207,6 +207,39 @@ func TestQueryOwner(t *testing.T) {
 	}
 }
 
+// TestRetagMovesRecognition: a holder whose owner changed its token while
+// holding the lock (a proxy's client re-obtained the key with new
+// metadata) answers for the new tag only, also on the node where a question
+// under the old tag had listed it, and a same-owner writer under the new
+// tag is told so.
+func TestRetagMovesRecognition(t *testing.T) {
+	cl := newCluster(t, 2, 8, shiftlock.Config{OwnerTags: true})
+	a, b := cl.clients[0], cl.clients[1]
+	ctx := ctxT(t)
+	ga, _, _, _ := a.TryExclusiveTagged(ctx, 6, 42)
+	ga.Vouch()
+	_, ok, e, err := b.TryExclusiveTagged(ctx, 6, 42)
+	if ok || err != nil {
+		t.Fatal("try on a held entry", ok, err)
+	}
+	if _, same := b.QueryOwner(ctx, 6, e.Tail(), 42, time.Second); !same {
+		t.Fatal("the holder's own tag not recognised") // and now it is listed under 42
+	}
+	ga.Retag(77)
+	if _, same := b.QueryOwner(ctx, 6, e.Tail(), 42, time.Second); same {
+		t.Fatal("the old tag still recognised after Retag")
+	}
+	if tok, same := b.QueryOwner(ctx, 6, e.Tail(), 77, time.Second); !same || tok != ga.Token() {
+		t.Fatalf("the new tag: %v %d, want the holder's token %d", same, tok, ga.Token())
+	}
+	gb := <-acquireAsync(ctx, b, 6, 77)
+	if gb == nil || !gb.Pending() || gb.Token() != ga.Token() {
+		t.Fatal("a writer under the new tag must be told its owner holds the lock")
+	}
+	gb.Release(ctx)
+	ga.Release(ctx)
+}
+
 // TestOwnersNeverShareTheLock: many owners, each asking through three nodes
 // at once as RedLock clients do, with a deadline per attempt (a request
 // that waits past it is abandoned and completes in the background) and
