@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	var metrics *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
-		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host), log, nil); err != nil {
+		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host, srv), log, nil); err != nil {
 			_ = ln.Close()
 			log.Error("metrics listen", zap.Error(err))
 			return 1

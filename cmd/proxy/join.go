@@ -174,6 +174,11 @@ const (
 	soloStaleAfter = time.Second
 )
 
+// peerRefusals counts, for the whole process, the connections to its peer
+// ports that failed the fabric secret's challenge: every membership (one
+// peer port per memory node, a new one on each rejoin) adds to it.
+var peerRefusals tcpfab.Refusals
+
 // members describes one membership per configured memory node, or one
 // embedded memory node if none is configured.
 func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
@@ -202,7 +207,7 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 		addr := addr
 		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log,
 			join: func(ctx context.Context) (rdma.Endpoint, error) {
-				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
+				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 				if err != nil {
 					return nil, fmt.Errorf("memnode %s: %w", addr, err)
 				}
@@ -239,7 +244,7 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 				}
 				rec, ok = mb.follow.Current()
 			}
-			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
+			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 			if err != nil {
 				return nil, fmt.Errorf("shard %s, memnode %s: %w", shard, rec.Active, err)
 			}

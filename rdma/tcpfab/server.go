@@ -32,7 +32,13 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 	secret []byte // RequireSecret
+
+	refused Refusals
 }
+
+// Refused is the number of connections closed because they failed the
+// fabric secret's challenge; the log shows only a sample of them.
+func (s *Server) Refused() uint64 { return s.refused.Count() }
 
 // RequireSecret has every connection accepted from now on authenticate
 // with secret (auth.go) before any frame of it is read. Call it before
@@ -213,7 +219,7 @@ func (sc *sconn) serve() {
 	sc.srv.mu.Unlock()
 	if len(secret) > 0 {
 		if err := acceptAuth(sc.c, secret); err != nil {
-			log.Warn("tcpfab: closing unauthenticated connection", zap.String("remote", sc.remote), zap.Error(err))
+			sc.srv.refused.refuse(log, "tcpfab: closing unauthenticated connection", sc.remote, err)
 			return
 		}
 	}
