@@ -10,6 +10,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
 // config is the memory node's configuration: built-in defaults, then the
@@ -39,6 +40,10 @@ type config struct {
 	// FabricSecretFile holds the secret every connection must prove it
 	// knows before any frame (tcpfab auth); the proxies need the same.
 	FabricSecretFile string `yaml:"fabric_secret_file"`
+	// FabricInsecure lets the node serve a listen address reachable from
+	// the network with no FabricSecretFile, where anyone who reaches it
+	// owns every lock. Without it, such a configuration is refused.
+	FabricInsecure bool `yaml:"fabric_insecure"`
 
 	// Etcd, when set, keeps the shard's control state in etcd instead of
 	// StateDir: the node campaigns for Shard and serves only while it is
@@ -97,7 +102,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts")
 	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
 	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
-	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served)")
+	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served, so listen must be loopback)")
+	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "serve a listen address reachable from the network with no fabric secret: anyone who reaches it owns every lock")
 	var etcd string
 	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints: keep the shard's state there and fail over between memory nodes")
 	fs.StringVar(&f.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
@@ -144,6 +150,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.MaxLease = f.MaxLease
 		case "fabric-secret-file":
 			cfg.FabricSecretFile = f.FabricSecretFile
+		case "fabric-insecure":
+			cfg.FabricInsecure = f.FabricInsecure
 		case "etcd":
 			cfg.Etcd = splitList(etcd)
 		case "shard":
@@ -173,6 +181,8 @@ func (c config) validate() error {
 	switch {
 	case c.Listen == "":
 		return errors.New("listen address is required")
+	case c.FabricSecretFile == "" && !c.FabricInsecure && !procutil.Loopback(c.Listen):
+		return fmt.Errorf("listen %s is reachable from the network and fabric_secret_file is not set: anyone who reaches it could read, free and forge every lock. %s", c.Listen, procutil.FabricFix)
 	case c.Entries == 0:
 		return errors.New("entries must be positive")
 	case c.Eras == 0:

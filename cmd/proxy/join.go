@@ -244,6 +244,14 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 				}
 				rec, ok = mb.follow.Current()
 			}
+			if secret == nil && !procutil.Loopback(rec.Active) {
+				// As openFabric does for memnodes, once etcd names one.
+				if !cfg.FabricInsecure {
+					return nil, fmt.Errorf("%w: shard %s: memory node %s is across the network, and fabric_secret_file is not set. %s",
+						errOpenFabric, shard, rec.Active, procutil.FabricFix)
+				}
+				log.Warn("fabric_insecure: joining a memory node across the network with no fabric secret", zap.String("shard", shard), zap.String("memnode", rec.Active))
+			}
 			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 			if err != nil {
 				return nil, fmt.Errorf("shard %s, memnode %s: %w", shard, rec.Active, err)
@@ -262,6 +270,10 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 	return ms, func() { cancel(); _ = cli.Close() }, nil
 }
 
+// errOpenFabric is a join refused because it would run the fabric across
+// the network with no secret: a setting to fix, not a state to wait out.
+var errOpenFabric = errors.New("refusing an unauthenticated fabric across the network")
+
 // joinAll joins every memory node once at startup, retrying for up to a
 // minute while one is in its restart grace (it answers ErrUnavailable) or,
 // for a shard, while its active memory node cannot be reached (a failover
@@ -276,7 +288,7 @@ func joinAll(ctx context.Context, ms []*member) error {
 			if err == nil {
 				break
 			}
-			if (!errors.Is(err, rdma.ErrUnavailable) && mb.follow == nil) || time.Now().After(deadline) || ctx.Err() != nil {
+			if (!errors.Is(err, rdma.ErrUnavailable) && mb.follow == nil) || errors.Is(err, errOpenFabric) || time.Now().After(deadline) || ctx.Err() != nil {
 				return err
 			}
 			mb.log.Info("memory node not ready; retrying", zap.String("memnode", mb.name), zap.Error(err))
