@@ -98,6 +98,10 @@ type JoinRequest struct {
 	Name string
 	// Addr is where other nodes reach this node's Sends ("" in-process).
 	Addr string
+	// From names the host the node joins from, as the fabric sees it (its
+	// connection's source, never what the node says), so that the memory
+	// node can bound the node IDs one host holds; "" in-process.
+	From string
 }
 
 // JoinReply assigns the node its ID and gives it the layout and address book.

@@ -11,6 +11,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
 )
 
 // config is the memory node's configuration: built-in defaults, then the
@@ -20,6 +21,7 @@ type config struct {
 	Entries           uint64        `yaml:"entries"`
 	Eras              uint64        `yaml:"eras"`
 	MaxNodes          int           `yaml:"max_nodes"`
+	MaxNodesPerHost   int           `yaml:"max_nodes_per_host"` // memnode.Config.MaxNodesPerHost
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	DeadAfter         time.Duration `yaml:"dead_after"`
 	MetricsListen     string        `yaml:"metrics_listen"`
@@ -72,6 +74,7 @@ func defaultConfig() config {
 		Entries:           1 << 20,
 		Eras:              64,
 		MaxNodes:          4096,
+		MaxNodesPerHost:   memnode.DefaultMaxNodesPerHost,
 		HeartbeatInterval: 100 * time.Millisecond,
 		DeadAfter:         time.Second,
 		MetricsListen:     "127.0.0.1:9300",
@@ -94,6 +97,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries (16 bytes each)")
 	fs.Uint64Var(&f.Eras, "eras", cfg.Eras, "recovery era counters")
 	fs.IntVar(&f.MaxNodes, "max-nodes", cfg.MaxNodes, "largest NodeID (at most 65535)")
+	fs.IntVar(&f.MaxNodesPerHost, "max-nodes-per-host", cfg.MaxNodesPerHost, "node IDs members from one host may hold at once, counting those of recently ended memberships")
 	fs.DurationVar(&f.HeartbeatInterval, "heartbeat", cfg.HeartbeatInterval, "how often members heartbeat")
 	fs.DurationVar(&f.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a member is declared dead and fenced")
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
@@ -132,6 +136,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.Eras = f.Eras
 		case "max-nodes":
 			cfg.MaxNodes = f.MaxNodes
+		case "max-nodes-per-host":
+			cfg.MaxNodesPerHost = f.MaxNodesPerHost
 		case "heartbeat":
 			cfg.HeartbeatInterval = f.HeartbeatInterval
 		case "dead-after":
@@ -189,6 +195,8 @@ func (c config) validate() error {
 		return errors.New("eras must be positive")
 	case c.MaxNodes <= 0 || c.MaxNodes > 65535:
 		return fmt.Errorf("max_nodes %d is outside 1..65535", c.MaxNodes)
+	case c.MaxNodesPerHost <= 0:
+		return fmt.Errorf("max_nodes_per_host must be positive, got %d", c.MaxNodesPerHost)
 	case c.HeartbeatInterval <= 0:
 		return errors.New("heartbeat_interval must be positive")
 	case c.DeadAfter <= c.HeartbeatInterval:

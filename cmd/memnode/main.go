@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Entries:           cfg.Entries,
 		Eras:              cfg.Eras,
 		MaxNodes:          cfg.MaxNodes,
+		MaxNodesPerHost:   cfg.MaxNodesPerHost,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		DeadAfter:         cfg.DeadAfter,
 		PaperRecovery:     cfg.PaperRecovery,

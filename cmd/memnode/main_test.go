@@ -48,7 +48,7 @@ fabric_secret_file: /etc/shiftlock/fabric.secret
 		Listen: "0.0.0.0:7400", Entries: 2048, Eras: 8, MaxNodes: 100,
 		HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 3 * time.Second,
 		MetricsListen: "", LogLevel: "warn", PaperRecovery: true, StateDir: "/var/lib/memnode", RestartGrace: 30 * time.Second, MaxLease: 10 * time.Minute,
-		Shard: "default", EtcdLease: time.Second, FabricSecretFile: "/etc/shiftlock/fabric.secret",
+		Shard: "default", EtcdLease: time.Second, FabricSecretFile: "/etc/shiftlock/fabric.secret", MaxNodesPerHost: 64,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got  %+v\nwant %+v", cfg, want)
@@ -94,6 +94,7 @@ func TestConfigErrors(t *testing.T) {
 		{"zero entries", "", []string{"-entries", "0"}, "entries"},
 		{"dead before heartbeat", "", []string{"-heartbeat", "1s", "-dead-after", "500ms"}, "dead_after"},
 		{"too many nodes", "max_nodes: 70000\n", nil, "max_nodes"},
+		{"no nodes per host", "max_nodes_per_host: 0\n", nil, "max_nodes_per_host"},
 		{"stray argument", "", []string{"extra"}, "unexpected"},
 		{"negative grace", "restart_grace: -1s\n", nil, "restart_grace"},
 		{"open fabric", "", []string{"-listen", "0.0.0.0:7300"}, "fabric_insecure"},

@@ -27,6 +27,8 @@ func registry(host *memnode.Server, srv *tcpfab.Server) *prometheus.Registry {
 		counterFunc("memnode_joins_total", "Nodes that joined.", st.Joins.Load),
 		counterFunc("memnode_leaves_total", "Nodes that left.", st.Leaves.Load),
 		counterFunc("memnode_deaths_total", "Nodes declared dead after missing heartbeats.", st.Deaths.Load),
+		counterFunc("memnode_joins_refused_per_host_total",
+			"Joins refused because members from the joining host held max_nodes_per_host node IDs.", st.JoinsRefusedPerHost.Load),
 		counterFunc("memnode_refused_connections_total",
 			"Connections closed because they failed the fabric secret's challenge (the log shows a sample).", srv.Refused),
 	)

@@ -269,6 +269,7 @@ func (sc *sconn) handle(h header, body []byte) {
 			sc.replyErr(h.ID, err)
 			return
 		}
+		req.From = joinSource(sc.c.RemoteAddr())
 		rep, err := host.Join(req)
 		if err != nil {
 			sc.replyErr(h.ID, err)
@@ -332,6 +333,21 @@ func (sc *sconn) handle(h header, body []byte) {
 	default:
 		sc.replyErr(h.ID, fmt.Errorf("%w: unknown frame type %#02x", rdma.ErrBadRequest, h.Type))
 	}
+}
+
+// joinSource names the host a member connects from, for the memory node's
+// per-host bound on node IDs: its IP address, or for IPv6 its /64, which
+// is what one host is usually given (it could otherwise pick a new
+// address for every join).
+func joinSource(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return (&net.IPNet{IP: ta.IP.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 }
 
 // verbs executes a tVerb or tBatch frame and queues its reply. Counting
