@@ -585,11 +585,11 @@ func (s *Server) observe(m *member, now time.Time) uint64 {
 	ms, _ := s.nodes.Load8(base + rdma.SlotHorizon)
 	m.lastSeq = seq
 	m.lastSeen = now
-	if max := uint64(s.cfg.MaxLease/time.Millisecond) + uint64(s.cfg.DeadAfter/time.Millisecond)*2; ms > max {
-		// A member publishing more than the lease cap is misbehaving; its
-		// grants are bounded by the cap anyway, since proxies refuse longer
-		// TTLs. Cap it so it cannot stall recovery for days.
-		ms = max
+	if limit := uint64((rdma.MaxHorizon(s.cfg.MaxLease, s.cfg.DeadAfter) + time.Millisecond - 1) / time.Millisecond); ms > limit {
+		// No proxy publishes more (proxies refuse TTLs past MaxLease); a
+		// member that does must not stall recovery, or the next restart
+		// grace, past what MaxLease allows.
+		ms = limit
 	}
 	m.lastMs = ms
 	d := time.Duration(float64(time.Duration(ms)*time.Millisecond) * (1 + s.cfg.ClockDrift))
