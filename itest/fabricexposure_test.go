@@ -29,6 +29,23 @@ func expectRefusedStart(t *testing.T, name, bin string, args []string) {
 	}
 }
 
+// expectInsecureWarning waits for p, started with fabric_insecure, to warn
+// that its fabric is open. It logs that before it says it listens, but on
+// stderr, which is read apart from stdout.
+func expectInsecureWarning(t *testing.T, p *testproc.Proc) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for _, l := range strings.Split(p.Output(), "\n") {
+			if strings.Contains(l, `"level":"warn"`) && strings.Contains(l, "fabric_insecure") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s serving an open fabric on purpose did not warn about it:\n%s", p.Name, p.Output())
+		}
+	}
+}
+
 // TestMemnodeRefusesOpenFabric: without a fabric secret, anyone who reaches
 // the memory node's port owns every lock, so the memnode will not serve a
 // non-loopback address without one, in either mode (alone or with etcd),
@@ -46,9 +63,7 @@ func TestMemnodeRefusesOpenFabric(t *testing.T) {
 	}
 
 	p := testproc.Start(t, "memnode", bin, []string{"-listen", "0.0.0.0:0", "-metrics", "", "-fabric-insecure"}, testproc.MemnodeReady)
-	if !strings.Contains(p.Output(), `"level":"warn"`) || !strings.Contains(p.Output(), "fabric_insecure") {
-		t.Fatalf("a memnode serving an open fabric on purpose did not warn about it:\n%s", p.Output())
-	}
+	expectInsecureWarning(t, p)
 	testproc.Start(t, "memnode", bin, []string{"-listen", "0.0.0.0:0", "-metrics", "", "-fabric-secret-file", writeFabricSecret(t)}, testproc.MemnodeReady)
 	testproc.Memnode(t) // loopback, no secret: the single-host default
 }
@@ -72,9 +87,7 @@ func TestProxyRefusesOpenPeerPort(t *testing.T) {
 	}
 
 	p := testproc.Proxy(t, "-memnode", mn.Addr, "-peer-listen", "0.0.0.0:0", "-fabric-insecure")
-	if !strings.Contains(p.Output(), `"level":"warn"`) || !strings.Contains(p.Output(), "fabric_insecure") {
-		t.Fatalf("a proxy with an open peer port on purpose did not warn about it:\n%s", p.Output())
-	}
+	expectInsecureWarning(t, p)
 
 	secret := writeFabricSecret(t)
 	smn := testproc.Memnode(t, "-entries", "4096", "-fabric-secret-file", secret)

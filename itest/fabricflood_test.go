@@ -92,6 +92,11 @@ func TestFabricRefusalFloodIsCountedNotLogged(t *testing.T) {
 		for deadline := time.Now().Add(30 * time.Second); got != flood && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			got = metricValue(t, maddr, c.metric)
 		}
+		// The first refusal's line precedes the last count, but stderr is
+		// read on its own: wait for it.
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(c.proc.Output(), c.message) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
 		elapsed := time.Since(start)
 		if got != flood {
 			t.Errorf("%s: %s is %v after %d refused connections, want %d (-1: not exported)", c.proc.Name, c.metric, got, flood, flood)
