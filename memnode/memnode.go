@@ -28,6 +28,15 @@ type Config struct {
 	Eras uint64
 	// MaxNodes bounds NodeIDs (default 4096, at most 65535).
 	MaxNodes int
+	// MaxNodesPerHost bounds the NodeIDs that members joining from one
+	// host (rdma.JoinRequest.From) hold at once: live members, and the IDs
+	// of dead or departed ones still kept out of circulation. A proxy
+	// needs one per memory node, and one more for each recent rejoin;
+	// without a bound, one host that joins over and over (a bug, or anyone
+	// who has the fabric secret) holds every ID and no other proxy can
+	// join. Default DefaultMaxNodesPerHost; in-process members are not
+	// counted.
+	MaxNodesPerHost int
 	// RangeBytes sizes RegionRanges, where range-lock trees live (package
 	// rangelock); 0 registers no such region.
 	RangeBytes uint64
@@ -89,6 +98,9 @@ func (c *Config) defaults() {
 	if c.MaxNodes > 65535 {
 		c.MaxNodes = 65535
 	}
+	if c.MaxNodesPerHost <= 0 {
+		c.MaxNodesPerHost = DefaultMaxNodesPerHost
+	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 100 * time.Millisecond
 	}
@@ -112,6 +124,11 @@ func (c *Config) defaults() {
 	}
 }
 
+// DefaultMaxNodesPerHost is Config.MaxNodesPerHost's default: room for a
+// few proxies on one host and their rejoins within a quarantine, while a
+// host that joins in a loop takes at most 1/64 of the default 4096 IDs.
+const DefaultMaxNodesPerHost = 64
+
 type nodeState uint32
 
 const (
@@ -123,6 +140,7 @@ const (
 type member struct {
 	id       rdma.NodeID
 	name     string
+	from     string // JoinRequest.From
 	addr     string
 	joined   time.Time
 	lastSeq  uint64
@@ -133,6 +151,7 @@ type member struct {
 
 type tomb struct {
 	id      rdma.NodeID
+	from    string
 	at      time.Time
 	horizon time.Time
 }
@@ -174,6 +193,7 @@ type Server struct {
 // Stats are counts of control-path events, for metrics and tests.
 type Stats struct {
 	Joins, Leaves, Deaths                      atomic.Uint64
+	JoinsRefusedPerHost                        atomic.Uint64 // MaxNodesPerHost reached
 	Recoveries, RecoveriesStale, RecoveriesRef atomic.Uint64
 }
 
@@ -323,13 +343,17 @@ func (s *Server) Join(req rdma.JoinRequest) (rdma.JoinReply, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.hostRoom(req.From, now); err != nil {
+		s.stats.JoinsRefusedPerHost.Add(1)
+		return rdma.JoinReply{}, err
+	}
 	id, err := s.allocID(now)
 	if err != nil {
 		return rdma.JoinReply{}, err
 	}
 	slot := rdma.NodeSlotSize * uint64(id)
 	_ = s.nodes.Write(slot, make([]byte, rdma.NodeSlotSize))
-	m := &member{id: id, name: req.Name, addr: req.Addr, joined: now, lastSeen: now, horizon: now}
+	m := &member{id: id, name: req.Name, from: req.From, addr: req.Addr, joined: now, lastSeen: now, horizon: now}
 	s.members[id] = m
 	s.state[id].Store(uint32(stateAlive))
 	s.stats.Joins.Add(1)
@@ -340,10 +364,41 @@ func (s *Server) Join(req rdma.JoinRequest) (rdma.JoinReply, error) {
 // quarantine is how long a dead node's ID stays out of circulation.
 func (s *Server) quarantine() time.Duration { return 10 * s.cfg.DeadAfter }
 
+// held says whether t's ID is still out of circulation.
+func (s *Server) held(t tomb, now time.Time) bool {
+	return now.Sub(t.at) < s.quarantine() || now.Before(t.horizon)
+}
+
+// hostRoom fails if members from host hold MaxNodesPerHost IDs already,
+// live or held after they ended. The error is ErrUnavailable: held IDs
+// come back, so a proxy retrying its join gets in once its host's old
+// memberships have run out.
+func (s *Server) hostRoom(host string, now time.Time) error {
+	if host == "" {
+		return nil
+	}
+	n := 0
+	for _, m := range s.members {
+		if m.from == host {
+			n++
+		}
+	}
+	for _, t := range s.tombs {
+		if t.from == host && s.held(t, now) {
+			n++
+		}
+	}
+	if n >= s.cfg.MaxNodesPerHost {
+		return fmt.Errorf("%w: members from %s hold %d node IDs, the most one host may (max_nodes_per_host); the IDs of ended memberships come back after their quarantine",
+			rdma.ErrUnavailable, host, n)
+	}
+	return nil
+}
+
 func (s *Server) allocID(now time.Time) (rdma.NodeID, error) {
 	inTomb := map[rdma.NodeID]bool{}
 	for _, t := range s.tombs {
-		if now.Sub(t.at) < s.quarantine() || now.Before(t.horizon) {
+		if s.held(t, now) {
 			inTomb[t.id] = true
 		}
 	}
@@ -384,7 +439,7 @@ func (s *Server) bury(m *member, now time.Time, why string) {
 	var b [8]byte
 	putU64(b[:], rdma.SlotDead)
 	_ = s.nodes.Write(rdma.NodeSlotSize*uint64(m.id)+rdma.SlotStatus, b[:])
-	s.tombs = append(s.tombs, tomb{id: m.id, at: now, horizon: m.horizon})
+	s.tombs = append(s.tombs, tomb{id: m.id, from: m.from, at: now, horizon: m.horizon})
 	s.log.Info("node removed", zap.Uint16("node", uint16(m.id)), zap.String("name", m.name), zap.String("why", why),
 		zap.Duration("horizon_in", time.Until(m.horizon).Round(time.Millisecond)))
 }
@@ -601,11 +656,11 @@ func (s *Server) observe(m *member, now time.Time) uint64 {
 	ms, _ := s.nodes.Load8(base + rdma.SlotHorizon)
 	m.lastSeq = seq
 	m.lastSeen = now
-	if max := uint64(s.cfg.MaxLease/time.Millisecond) + uint64(s.cfg.DeadAfter/time.Millisecond)*2; ms > max {
-		// A member publishing more than the lease cap is misbehaving; its
-		// grants are bounded by the cap anyway, since proxies refuse longer
-		// TTLs. Cap it so it cannot stall recovery for days.
-		ms = max
+	if limit := uint64((rdma.MaxHorizon(s.cfg.MaxLease, s.cfg.DeadAfter) + time.Millisecond - 1) / time.Millisecond); ms > limit {
+		// No proxy publishes more (proxies refuse TTLs past MaxLease); a
+		// member that does must not stall recovery, or the next restart
+		// grace, past what MaxLease allows.
+		ms = limit
 	}
 	m.lastMs = ms
 	d := time.Duration(float64(time.Duration(ms)*time.Millisecond) * (1 + s.cfg.ClockDrift))

@@ -61,13 +61,26 @@ type Layout struct {
 	// DeadAfter is how long a silent member has before it is declared dead.
 	HeartbeatInterval time.Duration
 	DeadAfter         time.Duration
-	// MaxLease is the longest lease horizon members may publish, and so the
-	// longest TTL a proxy may grant; it bounds the restart grace.
+	// MaxLease is the longest TTL a proxy may grant. The memory node counts
+	// the lease horizons members publish up to MaxHorizon(MaxLease,
+	// DeadAfter), which bounds how long a dead member holds up recovery,
+	// and the restart grace.
 	MaxLease time.Duration
 	// Persistent: the memory node keeps its state across restarts and
 	// confirms horizons in SlotConfirmed; members wait for the confirmation
 	// before relying on a longer horizon.
 	Persistent bool
+}
+
+// MaxHorizon is the longest lease horizon a member of a memory node with
+// these settings can need to publish, and so the most the memory node
+// counts of one: a proxy grants TTLs of at most maxLease and publishes its
+// longest TTL, or deadAfter if that is longer, plus deadAfter/4 for the
+// time a grant takes (lockmap.Lease). A member that publishes more is
+// misbehaving, and counting it would let it hold up recovery, and the next
+// generation's restart grace, for as long as it liked.
+func MaxHorizon(maxLease, deadAfter time.Duration) time.Duration {
+	return max(maxLease, deadAfter) + deadAfter/4
 }
 
 // EntryAddr is the address of lock-table entry i.
@@ -98,6 +111,10 @@ type JoinRequest struct {
 	Name string
 	// Addr is where other nodes reach this node's Sends ("" in-process).
 	Addr string
+	// From names the host the node joins from, as the fabric sees it (its
+	// connection's source, never what the node says), so that the memory
+	// node can bound the node IDs one host holds; "" in-process.
+	From string
 }
 
 // JoinReply assigns the node its ID and gives it the layout and address book.

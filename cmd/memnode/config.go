@@ -10,6 +10,8 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
+	"github.com/shiftlock/shiftlock-proxy/memnode"
 )
 
 // config is the memory node's configuration: built-in defaults, then the
@@ -19,6 +21,7 @@ type config struct {
 	Entries           uint64        `yaml:"entries"`
 	Eras              uint64        `yaml:"eras"`
 	MaxNodes          int           `yaml:"max_nodes"`
+	MaxNodesPerHost   int           `yaml:"max_nodes_per_host"` // memnode.Config.MaxNodesPerHost
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	DeadAfter         time.Duration `yaml:"dead_after"`
 	MetricsListen     string        `yaml:"metrics_listen"`
@@ -39,6 +42,10 @@ type config struct {
 	// FabricSecretFile holds the secret every connection must prove it
 	// knows before any frame (tcpfab auth); the proxies need the same.
 	FabricSecretFile string `yaml:"fabric_secret_file"`
+	// FabricInsecure lets the node serve a listen address reachable from
+	// the network with no FabricSecretFile, where anyone who reaches it
+	// owns every lock. Without it, such a configuration is refused.
+	FabricInsecure bool `yaml:"fabric_insecure"`
 
 	// Etcd, when set, keeps the shard's control state in etcd instead of
 	// StateDir: the node campaigns for Shard and serves only while it is
@@ -67,6 +74,7 @@ func defaultConfig() config {
 		Entries:           1 << 20,
 		Eras:              64,
 		MaxNodes:          4096,
+		MaxNodesPerHost:   memnode.DefaultMaxNodesPerHost,
 		HeartbeatInterval: 100 * time.Millisecond,
 		DeadAfter:         time.Second,
 		MetricsListen:     "127.0.0.1:9300",
@@ -89,6 +97,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries (16 bytes each)")
 	fs.Uint64Var(&f.Eras, "eras", cfg.Eras, "recovery era counters")
 	fs.IntVar(&f.MaxNodes, "max-nodes", cfg.MaxNodes, "largest NodeID (at most 65535)")
+	fs.IntVar(&f.MaxNodesPerHost, "max-nodes-per-host", cfg.MaxNodesPerHost, "node IDs members from one host may hold at once, counting those of recently ended memberships")
 	fs.DurationVar(&f.HeartbeatInterval, "heartbeat", cfg.HeartbeatInterval, "how often members heartbeat")
 	fs.DurationVar(&f.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a member is declared dead and fenced")
 	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
@@ -97,7 +106,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts (required without -etcd)")
 	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
 	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
-	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served)")
+	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served, so listen must be loopback)")
+	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "serve a listen address reachable from the network with no fabric secret: anyone who reaches it owns every lock")
 	var etcd string
 	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints: keep the shard's state there and fail over between memory nodes")
 	fs.StringVar(&f.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
@@ -126,6 +136,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.Eras = f.Eras
 		case "max-nodes":
 			cfg.MaxNodes = f.MaxNodes
+		case "max-nodes-per-host":
+			cfg.MaxNodesPerHost = f.MaxNodesPerHost
 		case "heartbeat":
 			cfg.HeartbeatInterval = f.HeartbeatInterval
 		case "dead-after":
@@ -144,6 +156,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.MaxLease = f.MaxLease
 		case "fabric-secret-file":
 			cfg.FabricSecretFile = f.FabricSecretFile
+		case "fabric-insecure":
+			cfg.FabricInsecure = f.FabricInsecure
 		case "etcd":
 			cfg.Etcd = splitList(etcd)
 		case "shard":
@@ -173,12 +187,16 @@ func (c config) validate() error {
 	switch {
 	case c.Listen == "":
 		return errors.New("listen address is required")
+	case c.FabricSecretFile == "" && !c.FabricInsecure && !procutil.Loopback(c.Listen):
+		return fmt.Errorf("listen %s is reachable from the network and fabric_secret_file is not set: anyone who reaches it could read, free and forge every lock. %s", c.Listen, procutil.FabricFix)
 	case c.Entries == 0:
 		return errors.New("entries must be positive")
 	case c.Eras == 0:
 		return errors.New("eras must be positive")
 	case c.MaxNodes <= 0 || c.MaxNodes > 65535:
 		return fmt.Errorf("max_nodes %d is outside 1..65535", c.MaxNodes)
+	case c.MaxNodesPerHost <= 0:
+		return fmt.Errorf("max_nodes_per_host must be positive, got %d", c.MaxNodesPerHost)
 	case c.HeartbeatInterval <= 0:
 		return errors.New("heartbeat_interval must be positive")
 	case c.DeadAfter <= c.HeartbeatInterval:

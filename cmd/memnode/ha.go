@@ -95,7 +95,7 @@ func serveTerm(ctx context.Context, cfg config, mcfg memnode.Config, l *ha.Leade
 	}
 	var metrics *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
-		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host), log, nil); err != nil {
+		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host, srv), log, nil); err != nil {
 			log.Warn("metrics listen", zap.Error(err))
 		} else {
 			fmt.Fprintf(stdout, "metrics on %s\n", metrics.Addr())

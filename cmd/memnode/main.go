@@ -2,7 +2,11 @@
 // table, the era counters and the node table, and serves them to proxies
 // over the TCP soft-NIC (rdma/tcpfab).
 //
-//	memnode -config configs/memnode.yaml -listen 0.0.0.0:7300
+//	memnode -config configs/memnode.yaml -listen 0.0.0.0:7300 -fabric-secret-file /etc/shiftlock/fabric.secret
+//
+// A listen address reachable from the network needs the fabric secret
+// (fabric_secret_file), which every proxy shares; without one the memnode
+// refuses to start, unless fabric_insecure says the network is trusted.
 //
 // On startup it prints "memnode listening on ADDR" (and "metrics on ADDR")
 // to stdout with the actual addresses, so a port of 0 can be used. SIGTERM or
@@ -61,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Entries:           cfg.Entries,
 		Eras:              cfg.Eras,
 		MaxNodes:          cfg.MaxNodes,
+		MaxNodesPerHost:   cfg.MaxNodesPerHost,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		DeadAfter:         cfg.DeadAfter,
 		PaperRecovery:     cfg.PaperRecovery,
@@ -103,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	var metrics *procutil.MetricsServer
 	if cfg.MetricsListen != "" {
-		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host), log, nil); err != nil {
+		if metrics, err = procutil.ServeMetrics(cfg.MetricsListen, registry(host, srv), log, nil); err != nil {
 			_ = ln.Close()
 			log.Error("metrics listen", zap.Error(err))
 			return 1
@@ -144,7 +149,9 @@ func fabricServer(host *memnode.Server, cfg config, ln net.Listener, log *zap.Lo
 	if secret != nil {
 		srv.RequireSecret(secret)
 	} else if !isLoopbackAddr(ln.Addr()) {
-		log.Warn("serving the lock table without fabric_secret_file on a non-loopback address: anyone who can reach it can read and write locks",
+		// Only fabric_insecure gets here (config.validate).
+		log.Warn("fabric_insecure: serving the lock table with no fabric secret on an address reachable from the network: "+
+			"anyone who reaches it can read, free and forge every lock, and take every node ID. "+procutil.FabricFix,
 			zap.String("addr", ln.Addr().String()))
 	}
 	return srv, nil

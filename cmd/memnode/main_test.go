@@ -38,6 +38,7 @@ log_level: warn
 paper_recovery: true
 state_dir: /var/lib/memnode
 restart_grace: 30s
+fabric_secret_file: /etc/shiftlock/fabric.secret
 `)
 	cfg, err := parseConfig([]string{"-config", p, "-entries", "2048", "-dead-after", "3s"}, &bytes.Buffer{})
 	if err != nil {
@@ -47,7 +48,7 @@ restart_grace: 30s
 		Listen: "0.0.0.0:7400", Entries: 2048, Eras: 8, MaxNodes: 100,
 		HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 3 * time.Second,
 		MetricsListen: "", LogLevel: "warn", PaperRecovery: true, StateDir: "/var/lib/memnode", RestartGrace: 30 * time.Second, MaxLease: 10 * time.Minute,
-		Shard: "default", EtcdLease: time.Second,
+		Shard: "default", EtcdLease: time.Second, FabricSecretFile: "/etc/shiftlock/fabric.secret", MaxNodesPerHost: 64,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("got  %+v\nwant %+v", cfg, want)
@@ -97,10 +98,14 @@ func TestConfigErrors(t *testing.T) {
 		{"zero entries", "", []string{"-entries", "0"}, "entries"},
 		{"dead before heartbeat", "", []string{"-heartbeat", "1s", "-dead-after", "500ms"}, "dead_after"},
 		{"too many nodes", "max_nodes: 70000\n", nil, "max_nodes"},
+		{"no nodes per host", "max_nodes_per_host: 0\n", nil, "max_nodes_per_host"},
 		{"stray argument", "", []string{"extra"}, "unexpected"},
 		{"negative grace", "restart_grace: -1s\n", nil, "restart_grace"},
 		{"no state", "", []string{"-listen", "127.0.0.1:7300"}, "state_dir is not set"},
 		{"state and etcd", "", []string{"-state-dir", "/tmp/x", "-etcd", "127.0.0.1:2379"}, "exclude each other"},
+		{"open fabric", "", []string{"-listen", "0.0.0.0:7300"}, "fabric_insecure"},
+		{"open fabric, every interface", "listen: :7300\n", nil, "fabric_secret_file"},
+		{"open fabric by name", "", []string{"-listen", "lockserver:7300"}, "fabric_secret_file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -115,6 +120,15 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+	// Reachable from the network, with a secret or on purpose without one.
+	for _, args := range [][]string{
+		{"-listen", "0.0.0.0:7300", "-fabric-secret-file", "/etc/shiftlock/fabric.secret"},
+		{"-listen", "0.0.0.0:7300", "-fabric-insecure"},
+	} {
+		if _, err := parseConfig(append(args, "-state-dir", t.TempDir()), &bytes.Buffer{}); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 	if _, err := parseConfig([]string{"-h"}, &bytes.Buffer{}); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)

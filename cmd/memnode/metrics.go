@@ -6,11 +6,13 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 )
 
 // registry holds what /metrics exports: the verbs that reached this memory
-// node (the paper's Fig. 6 counts) and its control-path events.
-func registry(host *memnode.Server) *prometheus.Registry {
+// node (the paper's Fig. 6 counts), its control-path events and the
+// connections srv refused.
+func registry(host *memnode.Server, srv *tcpfab.Server) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	col := rdma.NewCollector()
 	col.Add("memnode", func() rdma.NodeID { return 0 }, host.Counters())
@@ -25,6 +27,10 @@ func registry(host *memnode.Server) *prometheus.Registry {
 		counterFunc("memnode_joins_total", "Nodes that joined.", st.Joins.Load),
 		counterFunc("memnode_leaves_total", "Nodes that left.", st.Leaves.Load),
 		counterFunc("memnode_deaths_total", "Nodes declared dead after missing heartbeats.", st.Deaths.Load),
+		counterFunc("memnode_joins_refused_per_host_total",
+			"Joins refused because members from the joining host held max_nodes_per_host node IDs.", st.JoinsRefusedPerHost.Load),
+		counterFunc("memnode_refused_connections_total",
+			"Connections closed because they failed the fabric secret's challenge (the log shows a sample).", srv.Refused),
 	)
 	recoveries := []struct {
 		result string

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/ha"
 	"github.com/shiftlock/shiftlock-proxy/internal/flagfile"
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/resp"
 )
@@ -63,6 +64,11 @@ type config struct {
 	// FabricSecretFile holds the secret shared with the memory nodes and
 	// the other proxies (tcpfab auth): every fabric connection proves it.
 	FabricSecretFile string `yaml:"fabric_secret_file"`
+	// FabricInsecure lets the proxy run its fabric across the network with
+	// no FabricSecretFile (a peer_listen, or a memory node, that is not on
+	// loopback), where anyone who reaches those ports owns every lock.
+	// Without it, such a configuration is refused (openFabric).
+	FabricInsecure bool `yaml:"fabric_insecure"`
 	// MaxOutputBytes caps the replies waiting for one client's socket.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 	// MaxClients caps connected clients, as Redis's maxclients.
@@ -240,7 +246,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the TLS port")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
 	fs.StringVar(&f.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
-	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies")
+	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies (none: the fabric must stay on loopback)")
+	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "run the fabric (peer port, memory nodes) across the network with no secret: anyone who reaches it owns every lock")
 	fs.IntVar(&f.MaxOutputBytes, "max-output-bytes", cfg.MaxOutputBytes, "replies waiting for one client's socket at most; past it the client is disconnected")
 	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
 	fs.DurationVar(&f.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
@@ -289,6 +296,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
 	over("max-output-bytes", func() { cfg.MaxOutputBytes = f.MaxOutputBytes })
 	over("fabric-secret-file", func() { cfg.FabricSecretFile = f.FabricSecretFile })
+	over("fabric-insecure", func() { cfg.FabricInsecure = f.FabricInsecure })
 	over("tls-listen", func() { cfg.TLSListen = f.TLSListen })
 	over("tls-cert-file", func() { cfg.TLSCertFile = f.TLSCertFile })
 	over("tls-key-file", func() { cfg.TLSKeyFile = f.TLSKeyFile })
@@ -351,6 +359,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			return config{}, err
 		}
 	}
+	if open := cfg.openFabric(); len(open) > 0 && !cfg.FabricInsecure {
+		return config{}, fmt.Errorf("%s, and fabric_secret_file is not set: anyone who reaches the fabric could read, free and forge every lock. %s",
+			strings.Join(open, "; "), procutil.FabricFix)
+	}
 	if _, err := cfg.waitPolicy(); err != nil {
 		return config{}, err
 	}
@@ -358,6 +370,28 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, err
 	}
 	return cfg, nil
+}
+
+// openFabric says which parts of the fabric this configuration runs across
+// the network with no fabric secret: a peer_listen or a memory node that is
+// not on loopback. A peer port hands this proxy's waiters locks, and a
+// memory node that admits a proxy without a secret admits anyone. Shards'
+// memory nodes are read from etcd, and checked when joined (shardMembers).
+// The embedded memory node has no fabric.
+func (c config) openFabric() []string {
+	if c.FabricSecretFile != "" || (len(c.Memnodes) == 0 && len(c.Shards) == 0) {
+		return nil
+	}
+	var open []string
+	if !procutil.Loopback(c.PeerListen) {
+		open = append(open, fmt.Sprintf("peer_listen %s is reachable from the network", c.PeerListen))
+	}
+	for _, m := range c.Memnodes {
+		if !procutil.Loopback(m) {
+			open = append(open, fmt.Sprintf("memory node %s is across the network", m))
+		}
+	}
+	return open
 }
 
 // tlsConfig is the TLS port's configuration, nil without tls_listen.

@@ -81,3 +81,34 @@ func TestEmbeddedNeedsState(t *testing.T) {
 		t.Fatalf("with a memory node: %v", err)
 	}
 }
+
+// TestOpenFabricRefused: without a fabric secret, a peer port or a memory
+// node across the network is refused, with the fix, unless fabric_insecure
+// says so; the embedded memory node has no fabric to protect.
+func TestOpenFabricRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{
+		{nil, true}, // embedded
+		{[]string{"-peer-listen", "0.0.0.0:7400"}, true},                                                     // embedded: no peer port is opened
+		{[]string{"-memnode", "127.0.0.1:7300"}, true},                                                       // all on loopback
+		{[]string{"-memnode", "localhost:7300", "-peer-listen", "[::1]:0"}, true},                            // all on loopback
+		{[]string{"-memnode", "127.0.0.1:7300", "-peer-listen", "0.0.0.0:7400"}, false},                      // open peer port
+		{[]string{"-memnode", "127.0.0.1:7300", "-peer-listen", ":7400"}, false},                             // every interface
+		{[]string{"-memnode", "10.0.0.5:7300"}, false},                                                       // memory node across the network
+		{[]string{"-memnode", "lockserver:7300"}, false},                                                     // a name may resolve to anything
+		{[]string{"-memnode", "10.0.0.5:7300", "-fabric-secret-file", "/etc/shiftlock/fabric.secret"}, true}, // secret
+		{[]string{"-memnode", "10.0.0.5:7300", "-peer-listen", "0.0.0.0:7400", "-fabric-insecure"}, true},    // said so
+		{[]string{"-etcd", "e1:2379", "-shard", "default", "-peer-listen", "0.0.0.0:7400"}, false},           // open peer port
+		{[]string{"-etcd", "e1:2379", "-shard", "default"}, true},                                            // memory nodes checked at join
+	} {
+		_, err := parseConfig(append([]string{"-state-dir", t.TempDir()}, c.args...), io.Discard)
+		if c.ok && err != nil {
+			t.Errorf("%v refused: %v", c.args, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "fabric_secret_file") || !strings.Contains(err.Error(), "fabric_insecure")) {
+			t.Errorf("%v: %v; want a refusal that says how to fix it", c.args, err)
+		}
+	}
+}

@@ -185,6 +185,11 @@ const (
 	soloMargin = 250 * time.Millisecond
 )
 
+// peerRefusals counts, for the whole process, the connections to its peer
+// ports that failed the fabric secret's challenge: every membership (one
+// peer port per memory node, a new one on each rejoin) adds to it.
+var peerRefusals tcpfab.Refusals
+
 // members describes one membership per configured memory node, or one
 // embedded memory node if none is configured.
 func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
@@ -225,7 +230,7 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 		addr := addr
 		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log, recognise: cfg.recognisesOwners(),
 			join: func(ctx context.Context) (rdma.Endpoint, error) {
-				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
+				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 				if err != nil {
 					return nil, fmt.Errorf("memnode %s: %w", addr, err)
 				}
@@ -262,7 +267,15 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 				}
 				rec, ok = mb.follow.Current()
 			}
-			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret})
+			if secret == nil && !procutil.Loopback(rec.Active) {
+				// As openFabric does for memnodes, once etcd names one.
+				if !cfg.FabricInsecure {
+					return nil, fmt.Errorf("%w: shard %s: memory node %s is across the network, and fabric_secret_file is not set. %s",
+						errOpenFabric, shard, rec.Active, procutil.FabricFix)
+				}
+				log.Warn("fabric_insecure: joining a memory node across the network with no fabric secret", zap.String("shard", shard), zap.String("memnode", rec.Active))
+			}
+			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 			if err != nil {
 				return nil, fmt.Errorf("shard %s, memnode %s: %w", shard, rec.Active, err)
 			}
@@ -280,13 +293,18 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 	return ms, func() { cancel(); _ = cli.Close() }, nil
 }
 
+// errOpenFabric is a join refused because it would run the fabric across
+// the network with no secret: a setting to fix, not a state to wait out.
+var errOpenFabric = errors.New("refusing an unauthenticated fabric across the network")
+
 // joinAll joins every memory node once at startup. A memory node that
 // answers ErrUnavailable (in its restart grace, which lasts as long as the
 // locks of its previous run may, or deposed during a failover) is asked
 // again until it admits the proxy, however long that takes: starting to
 // serve before would grant locks that may still be held. For a shard, an
 // active memory node that cannot be reached is retried for up to a minute
-// (a failover may be under way); any other error ends the start.
+// (a failover may be under way); any other error, and a fabric that would
+// run across the network without a secret, ends the start.
 func joinAll(ctx context.Context, ms []*member) error {
 	for _, mb := range ms {
 		deadline := time.Now().Add(time.Minute)
@@ -298,8 +316,8 @@ func joinAll(ctx context.Context, ms []*member) error {
 			if err == nil {
 				break
 			}
-			grace := errors.Is(err, rdma.ErrUnavailable)
-			if (!grace && (mb.follow == nil || time.Now().After(deadline))) || ctx.Err() != nil {
+			grace := errors.Is(err, rdma.ErrUnavailable) && !errors.Is(err, errOpenFabric)
+			if (!grace && (mb.follow == nil || time.Now().After(deadline) || errors.Is(err, errOpenFabric))) || ctx.Err() != nil {
 				return err
 			}
 			if time.Since(logged) >= 5*time.Second {

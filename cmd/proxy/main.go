@@ -5,7 +5,12 @@
 // the lock by the previous holder instead of retrying.
 //
 //	proxy                                   # embedded memory node, 127.0.0.1:6380
-//	proxy -memnode 10.0.0.5:7300 -listen 0.0.0.0:6380 -requirepass s3cret
+//	proxy -memnode 10.0.0.5:7300 -peer-listen 0.0.0.0:7400 -fabric-secret-file /etc/shiftlock/fabric.secret -listen 0.0.0.0:6380 -requirepass s3cret
+//
+// A fabric across the network (a memory node, or a peer_listen, that is not
+// on loopback) needs the fabric secret the memory nodes share; without it
+// the proxy refuses to start, unless fabric_insecure says the network is
+// trusted.
 //
 // On startup it prints "proxy listening on ADDR" to stdout with the actual
 // address, so -listen 127.0.0.1:0 works in tests. SIGTERM or SIGINT stop it:
@@ -66,6 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stopProfile()
 	if n := cfg.procs(); n > 0 {
 		runtime.GOMAXPROCS(n)
+	}
+	if open := cfg.openFabric(); len(open) > 0 {
+		// Only fabric_insecure gets here (parseConfig).
+		log.Warn("fabric_insecure: running the fabric across the network with no fabric secret: anyone who reaches it can read, free and forge every lock. "+procutil.FabricFix,
+			zap.Strings("open", open))
 	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()

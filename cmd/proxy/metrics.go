@@ -73,6 +73,10 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.acquire, m.hold, m.commands, m.expired, m.rejoins, m.verbs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "proxy_peer_refused_connections_total",
+		Help: "Connections to the peer port closed because they failed the fabric secret's challenge (the log shows a sample).",
+	}, func() float64 { return float64(peerRefusals.Count()) }))
 	return m
 }
 

@@ -101,9 +101,14 @@ func TestMemnodeRequiresSecret(t *testing.T) {
 	if n := len(host.Members()); n != 1 {
 		t.Fatalf("%d members after the intruders, want 1", n)
 	}
+	// Two failed dials and one connection per frame type: all counted,
+	// the first logged (the rest are sampled, TestRefusalFloodIsSampled).
+	if n, want := srv.Refused(), uint64(2+len(everyFrame(0))); n != want {
+		t.Fatalf("%d refusals counted, want %d", n, want)
+	}
 	refused := logs.FilterMessage("tcpfab: closing unauthenticated connection").All()
-	if len(refused) < len(everyFrame(0)) {
-		t.Fatalf("%d refusals logged, want at least %d: %v", len(refused), len(everyFrame(0)), logs.All())
+	if len(refused) == 0 {
+		t.Fatalf("no refusal logged: %v", logs.All())
 	}
 	for _, e := range refused {
 		if reason, _ := e.ContextMap()["error"].(string); !strings.Contains(reason, "fabric authentication failed") {

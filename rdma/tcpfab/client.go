@@ -38,6 +38,11 @@ type Config struct {
 	// other nodes, and them to it (auth.go); every node of a memory node's
 	// domain, and the memory node, must share it.
 	Secret []byte
+	// Refusals counts the connections to the peer port that failed the
+	// secret's challenge, and samples them into the log (nil: the endpoint
+	// keeps its own). Share one across endpoints to export one count that
+	// outlives rejoins.
+	Refusals *Refusals
 }
 
 // Endpoint is one node's attachment to a memory node over TCP. It implements
@@ -57,8 +62,9 @@ type Endpoint struct {
 	recv  atomic.Pointer[func(rdma.Message) error]
 	probe atomic.Pointer[func(uint64) rdma.Hold]
 
-	closed atomic.Bool
-	stop   chan struct{} // closed by Close: ends the watchdog
+	closed  atomic.Bool
+	stop    chan struct{} // closed by Close: ends the watchdog
+	refused *Refusals     // cfg.Refusals, or the endpoint's own
 
 	peers peerSide
 	wg    sync.WaitGroup
@@ -74,7 +80,10 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	e := &Endpoint{cfg: cfg, log: cfg.Logger, timeout: cfg.Timeout, stop: make(chan struct{})}
+	e := &Endpoint{cfg: cfg, log: cfg.Logger, timeout: cfg.Timeout, stop: make(chan struct{}), refused: cfg.Refusals}
+	if e.refused == nil {
+		e.refused = &Refusals{}
+	}
 	if e.timeout == 0 {
 		e.timeout = DefaultTimeout
 	}
@@ -176,6 +185,10 @@ func (e *Endpoint) Counters() *rdma.Counters            { return &e.ctrs }
 func (e *Endpoint) Control() rdma.Control               { return control{e} }
 func (e *Endpoint) Bind(fn func(rdma.Message) error)    { e.recv.Store(&fn) }
 func (e *Endpoint) BindProbe(fn func(uint64) rdma.Hold) { e.probe.Store(&fn) }
+
+// Refused is the number of connections to the peer port that failed the
+// fabric secret's challenge (of all endpoints sharing Config.Refusals).
+func (e *Endpoint) Refused() uint64 { return e.refused.Count() }
 
 // PeerAddr is where this endpoint receives Sends, as advertised.
 func (e *Endpoint) PeerAddr() string { return e.peers.self }

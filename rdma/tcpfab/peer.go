@@ -255,7 +255,7 @@ func (ps *peerSide) serveInbound(c net.Conn) {
 	log := ps.e.log
 	if secret := ps.e.cfg.Secret; len(secret) > 0 {
 		if err := acceptAuth(c, secret); err != nil {
-			log.Warn("tcpfab: closing unauthenticated peer connection", zap.String("remote", c.RemoteAddr().String()), zap.Error(err))
+			ps.e.refused.refuse(log, "tcpfab: closing unauthenticated peer connection", c.RemoteAddr().String(), err)
 			return
 		}
 	}

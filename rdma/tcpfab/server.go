@@ -32,7 +32,13 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 	secret []byte // RequireSecret
+
+	refused Refusals
 }
+
+// Refused is the number of connections closed because they failed the
+// fabric secret's challenge; the log shows only a sample of them.
+func (s *Server) Refused() uint64 { return s.refused.Count() }
 
 // RequireSecret has every connection accepted from now on authenticate
 // with secret (auth.go) before any frame of it is read. Call it before
@@ -213,7 +219,7 @@ func (sc *sconn) serve() {
 	sc.srv.mu.Unlock()
 	if len(secret) > 0 {
 		if err := acceptAuth(sc.c, secret); err != nil {
-			log.Warn("tcpfab: closing unauthenticated connection", zap.String("remote", sc.remote), zap.Error(err))
+			sc.srv.refused.refuse(log, "tcpfab: closing unauthenticated connection", sc.remote, err)
 			return
 		}
 	}
@@ -263,6 +269,7 @@ func (sc *sconn) handle(h header, body []byte) {
 			sc.replyErr(h.ID, err)
 			return
 		}
+		req.From = joinSource(sc.c.RemoteAddr())
 		rep, err := host.Join(req)
 		if err != nil {
 			sc.replyErr(h.ID, err)
@@ -326,6 +333,21 @@ func (sc *sconn) handle(h header, body []byte) {
 	default:
 		sc.replyErr(h.ID, fmt.Errorf("%w: unknown frame type %#02x", rdma.ErrBadRequest, h.Type))
 	}
+}
+
+// joinSource names the host a member connects from, for the memory node's
+// per-host bound on node IDs: its IP address, or for IPv6 its /64, which
+// is what one host is usually given (it could otherwise pick a new
+// address for every join).
+func joinSource(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return (&net.IPNet{IP: ta.IP.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 }
 
 // verbs executes a tVerb or tBatch frame and queues its reply. Counting
