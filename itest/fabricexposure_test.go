@@ -2,6 +2,7 @@ package itest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,12 +60,15 @@ func TestMemnodeRefusesOpenFabric(t *testing.T) {
 		{"-listen", "[::]:0"},
 		{"-listen", "0.0.0.0:0", "-etcd", "127.0.0.1:1", "-shard", "default"},
 	} {
+		if !slices.Contains(args, "-etcd") {
+			args = append(args, "-state-dir", t.TempDir())
+		}
 		expectRefusedStart(t, "memnode", bin, append(args, "-metrics", ""))
 	}
 
-	p := testproc.Start(t, "memnode", bin, []string{"-listen", "0.0.0.0:0", "-metrics", "", "-fabric-insecure"}, testproc.MemnodeReady)
+	p := testproc.Start(t, "memnode", bin, []string{"-listen", "0.0.0.0:0", "-metrics", "", "-fabric-insecure", "-state-dir", t.TempDir()}, testproc.MemnodeReady)
 	expectInsecureWarning(t, p)
-	testproc.Start(t, "memnode", bin, []string{"-listen", "0.0.0.0:0", "-metrics", "", "-fabric-secret-file", writeFabricSecret(t)}, testproc.MemnodeReady)
+	testproc.Start(t, "memnode", bin, []string{"-listen", "0.0.0.0:0", "-metrics", "", "-fabric-secret-file", writeFabricSecret(t), "-state-dir", t.TempDir()}, testproc.MemnodeReady)
 	testproc.Memnode(t) // loopback, no secret: the single-host default
 }
 

@@ -85,9 +85,11 @@ func (mb *member) connect(ctx context.Context) error {
 	// would both hold the key. An embedded memory node has no other proxies.
 	cfg.OwnerTags = !mb.solo && mb.recognise
 	c := shiftlock.NewClient(ep, cfg)
-	lease := lockmap.NewLease(ep)
+	var lease *lockmap.Lease
 	if mb.solo {
 		lease = lockmap.NewSoloLease(ep, soloMargin)
+	} else {
+		lease = lockmap.NewLease(ep)
 	}
 	mb.dom = &lockmap.Domain{Name: mb.name, Client: c, Lease: lease}
 	mb.close = func() {

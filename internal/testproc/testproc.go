@@ -303,10 +303,10 @@ func hasFlag(args []string, names ...string) bool {
 }
 
 // StateDirArgs are the arguments a proxy started with args needs for its
-// state: a new directory when it runs the embedded memory node (no
-// -memnode, -etcd or -state-dir of its own), none otherwise.
+// state: a new directory unless args name one. A config file's state_dir
+// yields to it; a proxy that joins memory nodes ignores it.
 func StateDirArgs(t testing.TB, args []string) []string {
-	if hasFlag(args, "memnode", "etcd", "state-dir", "config") {
+	if hasFlag(args, "state-dir") {
 		return nil
 	}
 	return []string{"-state-dir", t.TempDir()}
