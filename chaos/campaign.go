@@ -55,6 +55,21 @@ type Config struct {
 	HA      bool
 	EtcdBin string
 
+	// ConstKeys are keys ("const:k") that applications lock with one
+	// constant value, "1", as `SET job 1 NX` scripts do: one such client
+	// per key and proxy, so that the clients of a key differ only in the
+	// proxy they use. Default 2; negative: none.
+	ConstKeys int
+	// Lapsers are clients that let their lock's TTL run out, then try to
+	// extend it and release it with their token: both must fail. Default
+	// 2; negative: none.
+	Lapsers int
+	// Embedded clients use a proxy of their own on its embedded memory
+	// node, on keys of their own ("emb:k"), with one keeper; the
+	// embedded-restart fault kills it with -9 and starts it again on its
+	// state directory. Default 8; negative: no embedded proxy.
+	Embedded int
+
 	// Plant makes one client record a critical section it never locked, to
 	// show that the checker catches a double grant.
 	Plant bool
@@ -67,7 +82,7 @@ type Config struct {
 var FaultKinds = []string{
 	"kill-proxy", "memnode-restart", "pause-proxy",
 	"mem-latency", "mem-timeout", "mem-reset", "mem-partition",
-	"peer-latency", "peer-partition",
+	"peer-latency", "peer-partition", "embedded-restart",
 }
 
 // HAFaultKinds are the faults of an HA campaign. The memory-node link faults
@@ -75,7 +90,7 @@ var FaultKinds = []string{
 var HAFaultKinds = []string{
 	"kill-proxy", "memnode-kill", "pause-proxy", "etcd-kill",
 	"mem-latency", "memnode-partition", "mem-timeout", "mem-reset",
-	"peer-latency", "peer-partition",
+	"peer-latency", "peer-partition", "embedded-restart",
 }
 
 // Result is what a campaign saw.
@@ -86,6 +101,9 @@ type Result struct {
 	Stuck         int            // requests that outlived the documented bound while their proxy was healthy
 	Faults        map[string]int // injected, by kind
 	Violations    []Violation
+	// Lapsed counts extends and releases of a lock past its TTL that the
+	// proxy answered as done (each one a broken guarantee).
+	Lapsed        int
 	Recoveries    []time.Duration // kill -9 of a proxy holding locks -> first grant of each of its keys elsewhere
 	RecoveryBound time.Duration
 	RequestBound  time.Duration
@@ -123,6 +141,15 @@ func (c *Config) defaults() {
 	}
 	if c.Keepers == 0 {
 		c.Keepers = 2
+	}
+	if c.ConstKeys == 0 {
+		c.ConstKeys = 2
+	}
+	if c.Lapsers == 0 {
+		c.Lapsers = 2
+	}
+	if c.Embedded == 0 {
+		c.Embedded = 8
 	}
 	if c.DeadAfter == 0 {
 		c.DeadAfter = time.Second
@@ -197,6 +224,7 @@ type campaign struct {
 	etcdN   int // the next etcd member to kill
 
 	ops, granted, busy, errs, stuck atomic.Int64
+	lapsed                          atomic.Int64
 	maxAnswer                       atomic.Int64
 	faults                          map[string]int
 	errKinds                        map[string]int
@@ -254,24 +282,52 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer cancel()
 
 	var wg sync.WaitGroup
-	clients := make([]*redis.Client, cfg.Proxies)
-	for i, pp := range topo.proxies {
-		clients[i] = redis.NewClient(&redis.Options{
-			Addr: addr(pp.respPort), PoolSize: cfg.Clients/cfg.Proxies + 4,
+	pool := func(pp *proxyProc, size int) *redis.Client {
+		return redis.NewClient(&redis.Options{
+			Addr: addr(pp.respPort), PoolSize: size,
 			ReadTimeout: cfg.requestBound() - 500*time.Millisecond, DialTimeout: time.Second,
 			MaxRetries: -1, // a retried acquire could be granted twice
 		})
+	}
+	clients := make([]*redis.Client, cfg.Proxies)
+	for i, pp := range topo.proxies {
+		clients[i] = pool(pp, cfg.Clients/cfg.Proxies+max(cfg.ConstKeys, 0)+max(cfg.Lapsers, 0)+4)
 		defer clients[i].Close()
 	}
 	zipf := keydist.NewZipf(uint64(cfg.Keys), cfg.Zipf)
-	held := make([]atomic.Int64, cfg.Proxies) // locks currently held through each proxy
-	var heldKeys sync.Map                     // "proxy/key" -> count
+	held := make([]atomic.Int64, cfg.Proxies+1) // locks currently held through each proxy, the embedded one last
+	var heldKeys sync.Map                       // "proxy/key" -> count
 	for w := 0; w < cfg.Clients+max(cfg.Keepers, 0); w++ {
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
-			c.client(runCtx, id, clients[id%cfg.Proxies], id%cfg.Proxies, zipf, &held[id%cfg.Proxies], &heldKeys)
+			l := lane{rc: clients[id%cfg.Proxies], proxy: id % cfg.Proxies, prefix: "chaos:", keys: cfg.Keys, keeper: id >= cfg.Clients}
+			c.client(runCtx, id, l, zipf, &held[id%cfg.Proxies], &heldKeys)
 		}(w)
+	}
+	for k := 0; k < cfg.ConstKeys; k++ {
+		for i := range cfg.Proxies {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.constClient(runCtx, k, i, clients[i]) }()
+		}
+	}
+	for w := 0; w < cfg.Lapsers; w++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.lapser(runCtx, w, clients[w%cfg.Proxies], w%cfg.Proxies) }()
+	}
+	if e := topo.embedded; e != nil {
+		ec := pool(e, cfg.Embedded+4)
+		defer ec.Close()
+		ekeys := max(cfg.Keys/2, 2)
+		ezipf := keydist.NewZipf(uint64(ekeys), cfg.Zipf)
+		for w := 0; w < cfg.Embedded+1; w++ {
+			wg.Add(1)
+			go func(id int) {
+				defer wg.Done()
+				l := lane{rc: ec, proxy: cfg.Proxies, prefix: "emb:", keys: ekeys, keeper: id == cfg.Embedded}
+				c.client(runCtx, 10000+id, l, ezipf, &held[cfg.Proxies], &heldKeys)
+			}(w)
+		}
 	}
 	if cfg.Plant {
 		wg.Add(1)
@@ -290,11 +346,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res := Result{
 		Ops: int(c.ops.Load()), Granted: int(c.granted.Load()), Busy: int(c.busy.Load()),
 		Errors: int(c.errs.Load()), Stuck: int(c.stuck.Load()), Faults: c.faults,
-		Violations: Check(hist), RecoveryBound: cfg.recoveryBound(), RequestBound: cfg.requestBound(),
+		Violations: Check(hist), Lapsed: int(c.lapsed.Load()), RecoveryBound: cfg.recoveryBound(), RequestBound: cfg.requestBound(),
 		Elapsed: elapsed, MaxAnswer: time.Duration(c.maxAnswer.Load()), ErrorKinds: c.errKinds,
 	}
 	res.Recoveries = recoveries(hist, kills)
-	if len(res.Violations) > 0 && !cfg.Plant {
+	if (len(res.Violations) > 0 || res.Lapsed > 0) && !cfg.Plant {
 		topo.dumpLogs(cfg.Log)
 		if cfg.LogDir != "" {
 			if err := topo.saveLogs(cfg.LogDir); err != nil {
@@ -316,21 +372,31 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
+// lane is where a client asks: a proxy's connection pool, the proxy's
+// index (the embedded proxy's is Config.Proxies), and its keys' prefix.
+type lane struct {
+	rc     *redis.Client
+	proxy  int
+	prefix string
+	keys   int
+	keeper bool
+}
+
 // client loops: acquire (shared or exclusive), hold, release, recording
 // what it believed.
-func (c *campaign) client(ctx context.Context, id int, rc *redis.Client, proxy int, zipf *keydist.Zipf, held *atomic.Int64, heldKeys *sync.Map) {
+func (c *campaign) client(ctx context.Context, id int, l lane, zipf *keydist.Zipf, held *atomic.Int64, heldKeys *sync.Map) {
 	r := rand.New(rand.NewPCG(c.cfg.Seed, uint64(id)))
-	keeper := id >= c.cfg.Clients
+	rc, proxy, keeper := l.rc, l.proxy, l.keeper
 	name := fmt.Sprintf("c%d@p%d", id, proxy)
 	ttl := c.cfg.TTL
 	if keeper {
 		name, ttl = "keeper"+name[1:], c.cfg.keeperTTL()
 	}
 	for seq := 0; ctx.Err() == nil; seq++ {
-		key := "chaos:" + strconv.FormatUint(zipf.Next(r), 10)
+		key := l.prefix + strconv.FormatUint(zipf.Next(r), 10)
 		shared := r.Float64() < c.cfg.Shared
 		if keeper {
-			key, shared = "chaos:"+strconv.Itoa(r.IntN(c.cfg.Keys)), false
+			key, shared = l.prefix+strconv.Itoa(r.IntN(l.keys)), false
 		}
 		token := fmt.Sprintf("%s-%d", name, seq)
 		args := []any{"LOCK.ACQUIRE", key, token}

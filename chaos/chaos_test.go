@@ -40,6 +40,9 @@ func everyKind(t *testing.T, cfg Config, kinds []string) Result {
 	if len(res.Violations) > 0 {
 		t.Errorf("%d violations, first: %v", len(res.Violations), res.Violations[0])
 	}
+	if res.Lapsed > 0 {
+		t.Errorf("%d extends or releases of a lapsed lock were answered as done", res.Lapsed)
+	}
 	if res.Stuck > 0 {
 		t.Errorf("%d stuck requests", res.Stuck)
 	}

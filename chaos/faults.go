@@ -21,8 +21,11 @@ func (c *campaign) injectFaults(ctx context.Context, held []atomic.Int64, heldKe
 	for i := 0; ctx.Err() == nil; i++ {
 		kind := c.cfg.Kinds[i%len(c.cfg.Kinds)]
 		target := i % c.cfg.Proxies
-		if kind == "kill-proxy" || kind == "pause-proxy" {
-			target = busiest(held)
+		switch kind {
+		case "kill-proxy", "pause-proxy":
+			target = busiest(held[:c.cfg.Proxies])
+		case "embedded-restart":
+			target = c.cfg.Proxies
 		}
 		start := time.Now()
 		err := c.inject(ctx, kind, target, heldKeys)
@@ -70,8 +73,22 @@ func busiest(held []atomic.Int64) int {
 
 func (c *campaign) inject(ctx context.Context, kind string, target int, heldKeys *sync.Map) error {
 	t := c.topo
-	pp := t.proxies[target]
+	pp := t.embedded
+	if target < len(t.proxies) {
+		pp = t.proxies[target]
+	}
 	switch kind {
+	case "embedded-restart":
+		if pp == nil {
+			return fmt.Errorf("no embedded proxy in this campaign")
+		}
+		// kill -9, and the same command on the same state directory: it
+		// serves again once every lock the dead process granted has run
+		// out, and its clients, which still believe those locks, must not
+		// see them granted again before.
+		pp.p.Kill()
+		sleep(ctx, time.Second)
+		return t.startEmbedded()
 	case "kill-proxy":
 		var keys []string
 		heldKeys.Range(func(k, v any) bool {

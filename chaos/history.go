@@ -15,7 +15,7 @@ type Op struct {
 	Client string
 	Key    string
 	Shared bool
-	Fence  uint64
+	Fence  uint64 // 0: the grant carried none (SET NX); fences are never 0
 	// Sent is when the acquire was sent. The client counts its TTL from
 	// here (it cannot know when the proxy granted), as Redis clients do.
 	Sent time.Time
@@ -110,15 +110,19 @@ func checkKey(ops []Op) []Violation {
 	for _, o := range ops {
 		for e < len(byEnd) && !byEnd[e].Until().After(o.Granted) {
 			p := byEnd[e]
+			e++
+			if p.Fence == 0 {
+				continue // no fencing token (SET NX): nothing to order
+			}
 			if !haveAny || p.Fence > maxAny.Fence {
 				maxAny, haveAny = p, true
 			}
 			if !p.Shared && (!haveExcl || p.Fence > maxExcl.Fence) {
 				maxExcl, haveExcl = p, true
 			}
-			e++
 		}
 		switch {
+		case o.Fence == 0:
 		case !o.Shared && haveAny && o.Fence <= maxAny.Fence:
 			out = append(out, Violation{"fence", maxAny, o})
 		case o.Shared && haveExcl && o.Fence <= maxExcl.Fence:

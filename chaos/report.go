@@ -29,9 +29,23 @@ func Report(cfg Config, r Result) string {
 	if cfg.Keepers > 0 {
 		keepers = fmt.Sprintf(", and %d keepers holding exclusive locks on uniform keys for %v-%v with TTL %v", cfg.Keepers, cfg.TTL, cfg.TTL*9/5, cfg.keeperTTL())
 	}
-	w("Run on %s, %s, %d cores. %v campaign: %s, %d proxy processes, %d clients on %d keys (Zipf %.2f), %.0f%% shared acquires, TTL %v, WAIT %v%s; memnode dead_after %v; one fault every %v, rotating through: %s.\n\n",
+	var more []string
+	if cfg.ConstKeys > 0 {
+		more = append(more, fmt.Sprintf("%d clients locking %d keys with the constant value \"1\" (SET NX and LOCK.ACQUIRE), one per key and proxy", cfg.ConstKeys*cfg.Proxies, cfg.ConstKeys))
+	}
+	if cfg.Lapsers > 0 {
+		more = append(more, fmt.Sprintf("%d clients that let %v locks lapse, then extend and release them with their token", cfg.Lapsers, lapseTTL))
+	}
+	if cfg.Embedded > 0 {
+		more = append(more, fmt.Sprintf("a proxy on its embedded memory node (a state directory, kill -9 and restart) with %d clients and a keeper on keys of its own", cfg.Embedded))
+	}
+	extra := ""
+	if len(more) > 0 {
+		extra = "; also " + strings.Join(more, "; ")
+	}
+	w("Run on %s, %s, %d cores. %v campaign: %s, %d proxy processes, %d clients on %d keys (Zipf %.2f), %.0f%% shared acquires, TTL %v, WAIT %v%s%s; memnode dead_after %v; one fault every %v, rotating through: %s.\n\n",
 		time.Now().Format("2006-01-02"), model, runtime.NumCPU(), r.Elapsed.Round(time.Second), mems, cfg.Proxies, cfg.Clients, cfg.Keys, cfg.Zipf,
-		cfg.Shared*100, cfg.TTL, cfg.Wait, keepers, cfg.DeadAfter, cfg.FaultEvery, strings.Join(cfg.Kinds, ", "))
+		cfg.Shared*100, cfg.TTL, cfg.Wait, keepers, extra, cfg.DeadAfter, cfg.FaultEvery, strings.Join(cfg.Kinds, ", "))
 	w("| measure | value |\n|---|---|\n")
 	w("| acquire requests | %d |\n", r.Ops)
 	w("| granted / busy (nil after WAIT) / refused with an error | %d / %d / %d |\n", r.Granted, r.Busy, r.Errors)
@@ -52,6 +66,7 @@ func Report(cfg Config, r Result) string {
 	}
 	w("| faults injected | %d (%s) |\n", total, strings.Join(kinds, ", "))
 	w("| **violations** (overlapping conflicting holders, or fences out of order) | **%d** |\n", len(r.Violations))
+	w("| **lapsed locks extended or released** (a lock past its TTL answered as still held) | **%d** |\n", r.Lapsed)
 	w("| **stuck requests** (no answer within WAIT + 2 s = %v from a proxy not under a fault) | **%d** |\n", r.RequestBound, r.Stuck)
 	w("| slowest answer from a healthy proxy | %v |\n", r.MaxAnswer.Round(time.Millisecond))
 	if n := len(r.Recoveries); n > 0 {

@@ -37,7 +37,10 @@ type topology struct {
 	memPort int
 	mem     *testproc.Proc
 	proxies []*proxyProc
-	links   map[string]*toxiproxy.Proxy
+	// embedded is a proxy on its embedded memory node, with clients and
+	// keys of its own (nil without Config.Embedded clients).
+	embedded *proxyProc
+	links    map[string]*toxiproxy.Proxy
 	tox     *toxiproxy.ApiServer
 	mu      sync.Mutex
 
@@ -92,6 +95,13 @@ func newTopology(cfg Config) (*topology, error) {
 			return nil, err
 		}
 		t.proxies = append(t.proxies, pp)
+	}
+	if cfg.Embedded > 0 {
+		e := &proxyProc{i: cfg.Proxies}
+		if e.respPort, err = freeport.Pick(); err != nil {
+			return nil, err
+		}
+		t.embedded = e
 	}
 	if cfg.HA {
 		if err := t.newHA(); err != nil {
@@ -236,6 +246,26 @@ func (t *topology) startProxy(pp *proxyProc) error {
 	return nil
 }
 
+// startEmbedded starts the embedded proxy on its state directory, which a
+// restart keeps: the new process serves once the locks of the old one have
+// run out.
+func (t *topology) startEmbedded() error {
+	e := t.embedded
+	args := []string{"-listen", addr(e.respPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
+		"-acquire-wait", t.cfg.Wait.String(), "-name", "proxy-embedded", "-entries", "65536",
+		"-state-dir", filepath.Join(t.cfg.WorkDir, "embedded")}
+	args = append(args, t.cfg.ProxyArgs...)
+	p, err := testproc.Launch("proxy-embedded", t.cfg.ProxyBin, args, testproc.ProxyReady, 90*time.Second)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	e.p = p
+	t.launched = append(t.launched, p)
+	t.mu.Unlock()
+	return nil
+}
+
 func (t *topology) start() error {
 	if err := os.MkdirAll(t.cfg.WorkDir, 0o755); err != nil {
 		return err
@@ -258,6 +288,9 @@ func (t *topology) start() error {
 			return err
 		}
 	}
+	if t.embedded != nil {
+		return t.startEmbedded()
+	}
 	return nil
 }
 
@@ -266,6 +299,9 @@ func (t *topology) stop() {
 		if pp.p != nil {
 			pp.p.Kill()
 		}
+	}
+	if t.embedded != nil && t.embedded.p != nil {
+		t.embedded.p.Kill()
 	}
 	if t.mem != nil {
 		t.mem.Kill()
@@ -297,6 +333,9 @@ func (t *topology) dumpLogs(w io.Writer) {
 	}
 	for _, pp := range t.proxies {
 		ps = append(ps, pp.p)
+	}
+	if t.embedded != nil {
+		ps = append(ps, t.embedded.p)
 	}
 	for _, p := range ps {
 		if p == nil {

@@ -10,7 +10,8 @@
 //
 //	chaos -duration 10m -doc docs/reliability.md
 //
-// It exits 1 if it found a violation or a stuck request.
+// It exits 1 if it found a violation, a lapsed lock answered as held, or a
+// stuck request.
 package main
 
 import (
@@ -46,6 +47,9 @@ func main() {
 	kinds := flag.String("faults", "", "fault kinds, in rotation (default: every kind of the topology)")
 	flag.BoolVar(&cfg.HA, "ha", false, "failover topology: a 3-member etcd and 2 memory nodes campaigning for the shard")
 	flag.StringVar(&cfg.EtcdBin, "etcd-bin", "", "etcd binary, with -ha (default: etcd on PATH)")
+	flag.IntVar(&cfg.ConstKeys, "const-keys", 2, "keys locked with the constant value \"1\" by one client per proxy (-1: none)")
+	flag.IntVar(&cfg.Lapsers, "lapsers", 2, "clients that let their locks lapse, then extend and release them (-1: none)")
+	flag.IntVar(&cfg.Embedded, "embedded", 8, "clients of a proxy on its embedded memory node, restarted by the embedded-restart fault (-1: no such proxy)")
 	flag.BoolVar(&cfg.Plant, "plant-double-grant", false, "record a critical section taken without the lock: the checker must flag it")
 	flag.StringVar(&cfg.LogDir, "log-dir", "", "when the history has a violation, save every process's whole output here (CHAOS_LOG_LEVEL=info for more of it)")
 	doc := flag.String("doc", "", "rewrite the chaos section of this Markdown file")
@@ -97,7 +101,7 @@ func main() {
 			fail(err)
 		}
 	}
-	if len(res.Violations) > 0 || res.Stuck > 0 {
+	if len(res.Violations) > 0 || res.Lapsed > 0 || res.Stuck > 0 {
 		os.Exit(1)
 	}
 }
