@@ -28,6 +28,10 @@ func errReply(err error) string {
 		return "TRYAGAIN shiftlock-proxy has lost its lease with the memory node; locks cannot be granted until it is back: " + err.Error()
 	case errors.Is(err, rdma.ErrUnreachable), errors.Is(err, rdma.ErrUnavailable), errors.Is(err, rdma.ErrClosed):
 		return "TRYAGAIN memory node unreachable: " + err.Error()
+	case lockmap.MembershipGone(err):
+		// The rest of what a rejoin cures: fenced, or the old membership's
+		// lock client closed while the proxy replaces it.
+		return "TRYAGAIN shiftlock-proxy is rejoining the memory node; retry: " + err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "TRYAGAIN request abandoned: " + err.Error()
 	}

@@ -1,8 +1,10 @@
 package resp
 
 import (
+	"context"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,6 +79,35 @@ func TestParseSet(t *testing.T) {
 		a, e := parseSet(args, now)
 		if e != c.err || (e == "" && a.ttl != c.ttl) {
 			t.Errorf("SET k v %q: ttl %v, error %q; want %v, %q", c.args, a.ttl, e, c.ttl, c.err)
+		}
+	}
+}
+
+// TestMembershipGoneIsTryAgain: an acquire that reaches a lock client
+// already closed (the proxy replacing its membership) is answered
+// -TRYAGAIN, as every error a rejoin cures (issue 32, item 12; itest
+// TestMemnodeStopAnswersTryAgain has the real sequence).
+func TestMembershipGoneIsTryAgain(t *testing.T) {
+	s, _ := testServer(t, "")
+	for _, d := range s.cfg.Map.Domains() {
+		if err := d.Client.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"SET", "k", "t", "NX", "PX", "1000"},
+		{"LOCK.ACQUIRE", "k", "t", "PX", "1000"},
+		{"LOCK.ACQUIRE", "k", "t", "SHARED", "PX", "1000"},
+	} {
+		st := newConn(s)
+		b := make([][]byte, len(args))
+		for i, a := range args {
+			b[i] = []byte(a)
+		}
+		s.exec(st, b)
+		st.cancel()
+		if got := string(st.w.b); !strings.HasPrefix(got, "-TRYAGAIN ") {
+			t.Errorf("%q on a closed membership = %q, want -TRYAGAIN", args, got)
 		}
 	}
 }
