@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,18 @@ func TestDescriptorLimit(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestDescriptorLimitTooLow: a descriptor limit that leaves the proxy no
+// room for a single client is refused at start, with how to fix it.
+func TestDescriptorLimitTooLow(t *testing.T) {
+	script := `ulimit -n 40 && exec "$0" "$@"`
+	out, err := exec.Command("/bin/sh", "-c", script, testproc.Bin(t, "proxy"), "-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0").CombinedOutput()
+	if err == nil {
+		t.Fatalf("the proxy started under ulimit -n 40:\n%s", out)
+	}
+	if !strings.Contains(string(out), "no room for clients") || !strings.Contains(string(out), "ulimit -n") {
+		t.Fatalf("the refusal does not say why and how to fix it: %v\n%s", err, out)
 	}
 }
