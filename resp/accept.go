@@ -65,6 +65,9 @@ func (s *Server) logAcceptError(err error) {
 // AcceptFailures counts accepts that failed (out of descriptors, mostly).
 func (s *Server) AcceptFailures() int64 { return s.acceptFailed.Load() }
 
+// HandshakesRefused counts TLS connections closed at MaxHandshakes.
+func (s *Server) HandshakesRefused() int64 { return s.handshakesRefused.Load() }
+
 // tcpOptions sets what every client socket gets: no Nagle delay, and the
 // configured keep-alive.
 func (s *Server) tcpOptions(nc net.Conn) {
