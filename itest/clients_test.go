@@ -33,8 +33,8 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 }
 
 // do sends a command and returns its reply: a status, error or integer
-// line as is ("+OK"), a bulk string's content, or an error string for a
-// closed connection.
+// line as is ("+OK"), a bulk string's content, a nil as "$-1", or an error
+// string for a closed connection.
 func (rc *rawConn) do(args ...string) string {
 	rc.t.Helper()
 	var b strings.Builder
@@ -55,6 +55,9 @@ func (rc *rawConn) do(args ...string) string {
 		return line
 	}
 	n, _ := strconv.Atoi(line[1:])
+	if n < 0 {
+		return line // a nil: "$-1"
+	}
 	buf := make([]byte, n+2)
 	if _, err := io.ReadFull(rc.r, buf); err != nil {
 		return "closed: " + err.Error()

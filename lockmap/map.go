@@ -345,6 +345,12 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 	return lost, nil
 }
 
+// MembershipGone reports whether err means that the proxy's membership of a
+// memory node is gone or being replaced: no lease, the node unreachable, the
+// proxy fenced, or the old membership's endpoint or lock client already
+// closed. A rejoin cures all of these, so a client should retry.
+func MembershipGone(err error) bool { return membershipGone(err) }
+
 // membershipGone reports errors that a rejoin can cure.
 func membershipGone(err error) bool {
 	return errors.Is(err, ErrNoLease) || errors.Is(err, rdma.ErrUnreachable) || errors.Is(err, rdma.ErrFenced) ||

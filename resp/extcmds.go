@@ -2,7 +2,6 @@ package resp
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,8 +10,8 @@ import (
 )
 
 func parseMillis(b []byte) (time.Duration, bool) {
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 0 || n > 1<<40 {
+	n, ok := parseInteger(b)
+	if !ok || n < 0 || n > 1<<40 {
 		return 0, false
 	}
 	return time.Duration(n) * time.Millisecond, true
@@ -28,17 +27,33 @@ type lockOpts struct {
 }
 
 // parseLockOpts reads the options from args; on a bad one it returns the
-// error reply, naming the command and its syntax.
+// error reply, naming the command and its syntax. These are the project's
+// own commands, with no Redis precedent for a repeated option, so an option
+// given twice, or PX with EX, is a syntax error rather than a guess at what
+// the client meant.
 func parseLockOpts(args [][]byte, cmd, syntax string) (lockOpts, string) {
 	var o lockOpts
+	var seen struct{ shared, ttl, wait bool }
+	twice := func(opt string) (lockOpts, string) {
+		return o, fmt.Sprintf("ERR syntax error: %s given twice (%s)", opt, syntax)
+	}
 	for i := 0; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		switch opt {
 		case "SHARED":
-			o.shared = true
+			if seen.shared {
+				return twice(opt)
+			}
+			seen.shared, o.shared = true, true
 		case "PX", "EX", "WAIT":
 			if i+1 >= len(args) {
 				return o, "ERR syntax error"
+			}
+			if opt == "WAIT" && seen.wait {
+				return twice(opt)
+			}
+			if opt != "WAIT" && seen.ttl {
+				return o, fmt.Sprintf("ERR syntax error: one TTL at most, PX or EX (%s)", syntax)
 			}
 			d, ok := parseMillis(args[i+1])
 			if !ok {
@@ -52,9 +67,9 @@ func parseLockOpts(args [][]byte, cmd, syntax string) (lockOpts, string) {
 				if d <= 0 {
 					return o, "ERR invalid expire time in '" + cmd + "' command"
 				}
-				o.ttl = d
+				o.ttl, seen.ttl = d, true
 			case "WAIT":
-				o.wait, o.hasWait = d, true
+				o.wait, o.hasWait, seen.wait = d, true, true
 			}
 			i++
 		default:

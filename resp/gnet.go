@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
-	"syscall"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
@@ -20,8 +22,14 @@ type gnetFrontend struct {
 	gnet.BuiltinEventEngine
 	s      *Server
 	eng    gnet.Engine
-	booted chan bootResult
+	booted chan error
 	exited chan struct{}
+	// ln is the client port; accepted is closed when its accept loop has
+	// ended. enrolling is a semaphore of maxEnrolling.
+	ln        net.Listener
+	accepted  chan struct{}
+	enrolling chan struct{}
+	startOnce sync.Once
 
 	// A stopped engine has closed its loops' eventfds, whose numbers the
 	// kernel may hand to other files: a late Conn.Wake would write to
@@ -58,43 +66,94 @@ func (f *gnetFrontend) bell(c gnet.Conn) *loopBell {
 	return actual.(*loopBell)
 }
 
-type bootResult struct {
-	addr net.Addr
-	err  error
-}
-
 func newGnetFrontend(s *Server) *gnetFrontend {
-	return &gnetFrontend{s: s, booted: make(chan bootResult, 1), exited: make(chan struct{})}
+	return &gnetFrontend{s: s, booted: make(chan error, 1), exited: make(chan struct{}),
+		accepted: make(chan struct{}), enrolling: make(chan struct{}, maxEnrolling)}
 }
 
-// listen starts gnet on addr and returns once it accepts connections.
+// listen binds addr, starts gnet and accepts in the background. The
+// accepting is not gnet's: its accept loop ends the engine, and with it the
+// process, the first time accept fails for want of a descriptor (issue 32).
+// acceptLoop never gives up, and hands each admitted connection to an event
+// loop (Engine.Register). gnet will not run without a listener of its own,
+// so it gets a Unix socket in a private directory, removed once it is
+// bound: nobody can connect to it.
 func (f *gnetFrontend) listen(addr string) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "shiftlock-gnet-")
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("resp: a private directory for gnet's unused socket (set TMPDIR to a writable one): %w", err)
+	}
 	// gnet logs through our logger (its default writes to stdout, where the
 	// proxy prints its address for whoever started it), and only warnings:
 	// it reports every start at info level.
 	glog := f.s.log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)).Named("gnet").Sugar()
 	opts := []gnet.Option{
 		gnet.WithNumEventLoop(f.s.cfg.EventLoops),
-		// As net.Listen does: a restarted proxy can bind its port while
-		// connections of the previous one linger in TIME_WAIT. (Not
-		// SO_REUSEPORT, which would let a second proxy share the port.)
-		gnet.WithReuseAddr(true),
-		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-		gnet.WithTCPKeepAlive(max(f.s.cfg.KeepAlive, 0)),
 		gnet.WithLogger(glog),
+		gnet.WithTicker(true), // OnTick says when the loops are up
 	}
 	go func() {
-		err := gnet.Run(f, "tcp://"+addr, opts...)
+		err := gnet.Run(f, "unix://"+filepath.Join(dir, "unused.sock"), opts...)
 		// A failure to bind ends Run before OnBoot.
 		select {
-		case f.booted <- bootResult{err: fmt.Errorf("resp: listen %s: %w", addr, errOrShutdown(err))}:
+		case f.booted <- fmt.Errorf("resp: starting gnet: %w", errOrShutdown(err)):
 		default:
 		}
 		f.s.stopped(err)
 		close(f.exited)
 	}()
-	r := <-f.booted
-	return r.addr, r.err
+	err = <-f.booted
+	_ = os.RemoveAll(dir)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	f.ln = ln
+	go func() {
+		defer close(f.accepted)
+		f.s.acceptLoop(ln, f.admit)
+	}()
+	return ln.Addr(), nil
+}
+
+// maxEnrolling bounds the connections being handed to event loops at once:
+// each holds a second descriptor until gnet has its duplicate registered.
+const maxEnrolling = 16
+
+// enrolled marks, as their gnet context, the connections acceptLoop hands
+// over: OnOpen refuses any other.
+type enrolled struct{}
+
+// admit hands nc to an event loop, or refuses it past MaxClients.
+func (f *gnetFrontend) admit(nc net.Conn) {
+	s := f.s
+	s.tcpOptions(nc)
+	if !s.reserveClient() {
+		s.refuse(nc)
+		return
+	}
+	f.enrolling <- struct{}{}
+	ch, err := f.eng.Register(gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), enrolled{}))
+	if err != nil {
+		<-f.enrolling
+		s.clients.Add(-1)
+		_ = nc.Close()
+		return
+	}
+	go func() {
+		r := <-ch
+		<-f.enrolling
+		if r.Err != nil {
+			// gnet closed nc; OnOpen never ran, so OnClose does not count.
+			s.clients.Add(-1)
+			s.log.Debug("handing a connection to an event loop failed", zap.Error(r.Err))
+		}
+	}()
 }
 
 func errOrShutdown(err error) error {
@@ -104,49 +163,25 @@ func errOrShutdown(err error) error {
 	return err
 }
 
-// OnBoot learns the bound address: gnet binds before it boots, but only
-// names the address it was given, which may have port 0.
+// OnBoot learns the engine; it is not running yet.
 func (f *gnetFrontend) OnBoot(eng gnet.Engine) gnet.Action {
 	f.eng = eng
-	a, err := boundAddr(eng)
-	if err != nil {
-		f.booted <- bootResult{err: err}
-		return gnet.Shutdown
-	}
-	f.booted <- bootResult{addr: a}
 	return gnet.None
 }
 
-// boundAddr asks the kernel for the listening socket's address, through a
-// duplicate of its descriptor.
-func boundAddr(eng gnet.Engine) (net.Addr, error) {
-	fd, err := eng.Dup()
-	if err != nil {
-		return nil, fmt.Errorf("resp: duplicating the listener: %w", err)
-	}
-	defer syscall.Close(fd)
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		return nil, fmt.Errorf("resp: getsockname: %w", err)
-	}
-	switch a := sa.(type) {
-	case *syscall.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(a.Addr[:]).To16(), Port: a.Port}, nil
-	case *syscall.SockaddrInet6:
-		ta := &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
-		if a.ZoneId != 0 {
-			if ifi, err := net.InterfaceByIndex(int(a.ZoneId)); err == nil {
-				ta.Zone = ifi.Name
-			}
-		}
-		return ta, nil
-	}
-	return nil, fmt.Errorf("resp: listener has an address of type %T", sa)
+// OnTick says the engine runs: gnet starts its ticker after it has set up
+// the event loops, and Engine.Register hands connections to them. It then
+// ticks once an hour, for nothing.
+func (f *gnetFrontend) OnTick() (time.Duration, gnet.Action) {
+	f.startOnce.Do(func() { f.booted <- nil })
+	return time.Hour, gnet.None
 }
 
 // close stops the engine, which closes every connection (OnClose), and
 // waits until it has.
 func (f *gnetFrontend) close() error {
+	_ = f.ln.Close()
+	<-f.accepted
 	// Engine.Stop polls for the end every 500 ms; the end of Run says it
 	// sooner. A cancelled context makes Stop start the shutdown and return.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -193,14 +228,13 @@ func (f *gnetFrontend) wake(c gnet.Conn) {
 	}
 }
 
+// OnOpen makes an admitted connection a client of its loop: admit has
+// counted it against MaxClients already.
 func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	// Replies go out as soon as they are written (gnet sets this on the
-	// listener too; Linux passes it on to accepted sockets, others may not).
-	_ = c.SetNoDelay(true)
-	lc, ok := f.s.openLoopConn(func() { f.wake(c) }, f.bell(c))
-	if !ok {
-		return []byte(f.s.refusal()), gnet.Close
+	if _, ok := c.Context().(enrolled); !ok {
+		return nil, gnet.Close // not from acceptLoop: gnet's own unused socket
 	}
+	lc := f.s.makeLoopConn(func() { f.wake(c) }, f.bell(c))
 	c.SetContext(lc)
 	f.s.register(lc.st, addrString(c.RemoteAddr()), addrString(c.LocalAddr()), func() { f.kill(c) })
 	return nil, gnet.None

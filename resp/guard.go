@@ -10,7 +10,8 @@ import (
 // a few bytes makes it loop over the count on every read, burning seconds
 // of CPU per packet. The guard follows the framing incrementally, byte by
 // byte, and rejects counts and lengths beyond the server's limits, and
-// anything that is not RESP or an inline command, before redcon sees them.
+// anything that is not RESP or an inline command, before the parser sees
+// them. A multibulk count of zero or less is skipped, as Redis skips it.
 type guard struct {
 	maxArgs int64
 	maxBulk int64
@@ -38,6 +39,12 @@ const (
 
 var errFraming = errors.New("protocol error")
 
+// maxInline caps an inline command, as Redis's PROTO_INLINE_MAX_SIZE does,
+// with its error. Multibulk commands may be larger (MaxCommandBytes).
+const maxInline = 64 << 10
+
+const errInlineTooBig = protocolError("too big inline request")
+
 func newGuard(maxArgs int64, maxBulk int64, maxLine int) *guard {
 	return &guard{maxArgs: maxArgs, maxBulk: maxBulk, maxLine: maxLine}
 }
@@ -51,10 +58,12 @@ func (g *guard) feed(p []byte) error {
 			switch c {
 			case '*':
 				if n, used, ok := lineNumber(p[i+1:]); ok {
-					if n <= 0 || n > g.maxArgs {
+					if n > g.maxArgs {
 						return fmt.Errorf("%w: %d arguments (limit %d)", errFraming, n, g.maxArgs)
 					}
-					g.args, g.state = n, gBulkHdr
+					if n > 0 {
+						g.args, g.state = n, gBulkHdr
+					}
 					i += used
 					continue
 				}
@@ -70,7 +79,7 @@ func (g *guard) feed(p []byte) error {
 				continue
 			}
 			if g.lineLen++; g.lineLen > g.maxLine {
-				return fmt.Errorf("%w: inline command longer than %d bytes", errFraming, g.maxLine)
+				return errInlineTooBig
 			}
 		case gCount, gBulkLen:
 			if err := g.number(c); err != nil {
@@ -85,10 +94,14 @@ func (g *guard) feed(p []byte) error {
 				n = -n
 			}
 			if g.state == gCount {
-				if n <= 0 || n > g.maxArgs {
+				switch {
+				case n > g.maxArgs:
 					return fmt.Errorf("%w: %d arguments (limit %d)", errFraming, n, g.maxArgs)
+				case n <= 0:
+					g.state = gStart // "*0", "*-1": Redis skips them
+				default:
+					g.args, g.state = n, gBulkHdr
 				}
-				g.args, g.state = n, gBulkHdr
 				continue
 			}
 			if n < 0 || n > g.maxBulk {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +28,10 @@ func errReply(err error) string {
 		return "TRYAGAIN shiftlock-proxy has lost its lease with the memory node; locks cannot be granted until it is back: " + err.Error()
 	case errors.Is(err, rdma.ErrUnreachable), errors.Is(err, rdma.ErrUnavailable), errors.Is(err, rdma.ErrClosed):
 		return "TRYAGAIN memory node unreachable: " + err.Error()
+	case lockmap.MembershipGone(err):
+		// The rest of what a rejoin cures: fenced, or the old membership's
+		// lock client closed while the proxy replaces it.
+		return "TRYAGAIN shiftlock-proxy is rejoining the memory node; retry: " + err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "TRYAGAIN request abandoned: " + err.Error()
 	}
@@ -54,10 +57,14 @@ type setArgs struct {
 }
 
 // parseSet reads SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]
-// in any order and case, with Redis's own error messages. now is only
-// asked for by the absolute forms.
+// in any order and case, as redis-server 7 does, with its error messages:
+// NX with XX, and two different expiry forms (or one with KEEPTTL), are a
+// syntax error; the same form twice takes the last, and only the last
+// value is read, after every option has been checked. now is only asked
+// for by the absolute forms.
 func parseSet(args [][]byte, now func() time.Time) (setArgs, string) {
 	var a setArgs
+	unit, value := "", []byte(nil)
 	for i := 3; i < len(args); i++ {
 		opt := setOption(args[i])
 		switch opt {
@@ -74,49 +81,90 @@ func parseSet(args [][]byte, now func() time.Time) (setArgs, string) {
 		case "GET":
 			a.get = true
 		case "KEEPTTL":
-			if a.hasTTL {
+			if unit != "" {
 				return a, "ERR syntax error"
 			}
 			a.keepTTL = true
 		case "EX", "PX", "EXAT", "PXAT":
-			if a.hasTTL || a.keepTTL || i+1 >= len(args) {
+			if (unit != "" && unit != opt) || a.keepTTL || i+1 >= len(args) {
 				return a, "ERR syntax error"
 			}
 			i++
-			n, err := strconv.ParseInt(string(args[i]), 10, 64)
-			if err != nil {
-				return a, "ERR value is not an integer or out of range"
-			}
-			if n <= 0 {
-				return a, "ERR invalid expire time in 'set' command"
-			}
-			var d time.Duration
-			switch opt {
-			case "EX":
-				if n > math.MaxInt64/int64(time.Second) {
-					return a, "ERR invalid expire time in 'set' command"
-				}
-				d = time.Duration(n) * time.Second
-			case "PX":
-				if n > math.MaxInt64/int64(time.Millisecond) {
-					return a, "ERR invalid expire time in 'set' command"
-				}
-				d = time.Duration(n) * time.Millisecond
-			case "EXAT":
-				d = time.Unix(n, 0).Sub(now())
-			case "PXAT":
-				d = time.UnixMilli(n).Sub(now())
-			}
-			if d <= 0 {
-				// An absolute time in the past: Redis sets and expires at once.
-				d = time.Millisecond
-			}
-			a.ttl, a.hasTTL = d, true
+			unit, value = opt, args[i]
 		default:
 			return a, "ERR syntax error"
 		}
 	}
+	if unit == "" {
+		return a, ""
+	}
+	n, ok := parseInteger(value)
+	if !ok {
+		return a, "ERR value is not an integer or out of range"
+	}
+	if n <= 0 {
+		return a, "ERR invalid expire time in 'set' command"
+	}
+	var d time.Duration
+	switch unit {
+	case "EX":
+		if n > math.MaxInt64/int64(time.Second) {
+			return a, "ERR invalid expire time in 'set' command"
+		}
+		d = time.Duration(n) * time.Second
+	case "PX":
+		if n > math.MaxInt64/int64(time.Millisecond) {
+			return a, "ERR invalid expire time in 'set' command"
+		}
+		d = time.Duration(n) * time.Millisecond
+	case "EXAT":
+		d = time.Unix(n, 0).Sub(now())
+	case "PXAT":
+		d = time.UnixMilli(n).Sub(now())
+	}
+	if d <= 0 {
+		// An absolute time in the past: Redis sets and expires at once.
+		d = time.Millisecond
+	}
+	a.ttl, a.hasTTL = d, true
 	return a, ""
+}
+
+// parseInteger reads a signed 64-bit decimal as Redis's string2ll does, so
+// that what Redis calls "not an integer" is not one here either: no sign
+// but a leading minus, no leading zeros, no spaces, no "-0", at most 20
+// bytes. strconv.ParseInt takes "+100" and "0100".
+func parseInteger(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || b[0] < '1' || b[0] > '9' {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if u > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	switch {
+	case !neg && u <= math.MaxInt64:
+		return int64(u), true
+	case neg && u <= 1<<63:
+		return int64(-u), true // -(1<<63) wraps to itself, MinInt64
+	}
+	return 0, false
 }
 
 // setOptions are SET's option words, upper-case.
@@ -303,8 +351,8 @@ func (s *Server) cmdExpire(st *connState, args [][]byte)  { s.expire(st, args, t
 
 // expire is PEXPIRE/EXPIRE key n [NX|XX|GT|LT] on a key held here.
 func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
-	n, err := strconv.ParseInt(string(args[2]), 10, 64)
-	if err != nil {
+	n, ok := parseInteger(args[2])
+	if !ok {
 		st.w.err("ERR value is not an integer or out of range")
 		return
 	}

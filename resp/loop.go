@@ -1,14 +1,11 @@
 package resp
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"go.uber.org/zap"
 	"sync/atomic"
 	"time"
-
-	"github.com/tidwall/redcon"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 )
@@ -57,10 +54,9 @@ type loopConn struct {
 	base   context.Context // the connection's context, cancelled when it closes
 	nowait context.Context // base under lockmap.NoWait, for lock commands on the loop
 	g      *guard
-	seen   int      // bytes at the front of the buffered input the guard has checked
-	args   [][]byte // the parser's argument slice, reused
-	line   []byte   // scratch for inline commands that start with '$'
-	wake   func()   // has the loop call onTraffic again (gnet: Conn.Wake)
+	seen   int // bytes at the front of the buffered input the guard has checked
+	p      cmdParser
+	wake   func() // has the loop call onTraffic again (gnet: Conn.Wake)
 	bell   *loopBell
 
 	// busy: held runs on a goroutine, which owns st until it sets finished,
@@ -145,7 +141,14 @@ const (
 	actHold         // run lc.held on a goroutine
 	actDefer        // the last command's reply comes from its completion
 	actClose        // write the replies, then close the connection
+	actMore         // the replies fill a write: write them, then run the rest
 )
+
+// flushAt is how many bytes of replies a batch collects before it writes
+// them and goes on: a pipeline of commands with long replies (INFO,
+// COMMAND) would otherwise hold thousands of times its own size in replies
+// until its last command ran. Past the socket, MaxOutputBytes bounds them.
+const flushAt = 64 << 10
 
 // makeLoopConn is a connection's state on the loop, not yet counted.
 func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
@@ -154,7 +157,7 @@ func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 		st:     s.newConnState(ctx, cancel),
 		base:   ctx,
 		nowait: lockmap.WithDoorbell(lockmap.NoWait(ctx), bell.d),
-		g:      newGuard(maxArgs, int64(s.cfg.MaxCommandBytes), s.cfg.MaxCommandBytes),
+		g:      s.newGuard(),
 		wake:   wake,
 		bell:   bell,
 	}
@@ -166,19 +169,11 @@ func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 	return lc
 }
 
-// newLoopConn is openLoopConn without the MaxClients cap (tests).
+// newLoopConn is a connection's state on the loop, counted as a client
+// (tests; the front end counts at accept).
 func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 	s.clients.Add(1)
 	return s.makeLoopConn(wake, bell)
-}
-
-// openLoopConn is a new connection's state, or false if MaxClients are
-// connected already.
-func (s *Server) openLoopConn(wake func(), bell *loopBell) (*loopConn, bool) {
-	if !s.reserveClient() {
-		return nil, false
-	}
-	return s.makeLoopConn(wake, bell), true
 }
 
 // closeLoopConn is told that the connection has closed. A command of its
@@ -216,19 +211,35 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 			return true
 		}
 	}
+	for {
+		closing, more := s.pass(lc, io)
+		if !more {
+			return closing
+		}
+	}
+}
+
+// pass runs what the connection's buffered input holds, as onTraffic
+// describes; more is set when it stopped to write a full batch of replies
+// and there is input left to run.
+func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
+	st := lc.st
 	in, _ := io.Peek(-1)
 	if err := lc.feed(in); err != nil {
 		st.w.err("ERR " + err.Error())
 		s.flush(lc, io)
-		return true
+		return true, false
 	}
 	lc.bell.d.Mark() // afterRing waits for this connection's atomics only
 	n, act := s.batch(lc, in)
+	lc.p.trim()
 	if n > 0 {
 		_, _ = io.Discard(n)
 		lc.seen -= n
 	}
-	if rest := len(in) - n; rest > s.cfg.MaxCommandBytes && act != actClose {
+	if act == actMore {
+		more, act = true, actNone
+	} else if rest := len(in) - n; rest > s.cfg.MaxCommandBytes && act != actClose {
 		// Without a command held, what is left is one incomplete command.
 		if act == actHold {
 			st.w.err(s.pipelineLimit())
@@ -240,8 +251,10 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	if lc.staged {
 		lc.staged = false
 		if !lc.bell.inline {
+			// The rest of the input, if any, runs once the atomics are
+			// answered and the loop is woken.
 			s.afterRing(lc, act)
-			return false
+			return false, false
 		}
 	}
 	s.flush(lc, io)
@@ -252,11 +265,11 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		// client-output-buffer-limit does the same for the clients it caps.
 		s.log.Warn("closing a client over the output limit: it does not read its replies",
 			zap.Int64("id", lc.st.id), zap.String("addr", lc.st.addr), zap.Int("pending_bytes", n), zap.Int("limit", s.cfg.MaxOutputBytes))
-		return true
+		return true, false
 	}
 	switch act {
 	case actClose:
-		return true
+		return true, false
 	case actHold:
 		lc.busy = true
 		s.offload.Add(1)
@@ -267,7 +280,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		// the loop straight back.
 		lc.busy = true
 	}
-	return false
+	return false, more
 }
 
 // afterRing holds a connection whose batch started atomics on the network
@@ -349,7 +362,10 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 	st.active.Store(s.clock.Load())
 	n := 0
 	for n < len(in) {
-		args, used, err := lc.parse(in[n:])
+		if len(st.w.b) >= flushAt {
+			return n, actMore
+		}
+		args, used, err := lc.p.next(in[n:])
 		if err != nil {
 			st.w.err("ERR " + err.Error())
 			return n, actClose
@@ -359,10 +375,15 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 		}
 		n += used
 		if len(args) == 0 {
-			continue // a blank inline line
+			continue // a blank inline line, or an empty multibulk
 		}
 		st.w.resp3 = st.resp3
 		c, name := s.prepare(st, args)
+		if st.attack {
+			// Nothing of the batch is answered, and nothing after runs.
+			st.w.b = st.w.b[:0]
+			return n, actClose
+		}
 		switch {
 		case c == nil:
 			// answered by prepare
@@ -396,38 +417,6 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 		}
 	}
 	return n, actNone
-}
-
-// parse reads the command at the front of in: its arguments (valid until
-// the input is discarded or the next parse) and its length, 0 if it is not
-// complete yet. It is redcon's parser, which is the one the redcon front
-// end uses, with the parser's argument slice reused.
-func (lc *loopConn) parse(in []byte) ([][]byte, int, error) {
-	if in[0] == '$' {
-		// redcon.ReadNextCommand reads a line that starts with '$' as a
-		// Tile38 command; redcon's server, like Redis, reads it as an inline
-		// command. Parse a copy behind a space, which the inline parser skips.
-		i := bytes.IndexByte(in, '\n')
-		if i < 0 {
-			return nil, 0, nil
-		}
-		lc.line = append(append(lc.line[:0], ' '), in[:i+1]...)
-		_, args, _, _, err := redcon.ReadNextCommand(lc.line, lc.args[:0])
-		if err != nil {
-			return nil, 0, err
-		}
-		lc.args = args[:0]
-		return args, i + 1, nil
-	}
-	complete, args, _, left, err := redcon.ReadNextCommand(in, lc.args[:0])
-	if err != nil {
-		return nil, 0, err
-	}
-	if !complete {
-		return nil, 0, nil
-	}
-	lc.args = args[:0]
-	return args, len(in) - len(left), nil
 }
 
 // hold copies a command out of the input buffer for runHeld.

@@ -715,3 +715,26 @@ func TestDoorbellSharedByConnections(t *testing.T) {
 		t.Fatalf("%d acquires and releases from %d connections cost %v; want %d atomics in 2 round trips", n, n, d.Out, 2*n)
 	}
 }
+
+// TestLoopWritesRepliesAsTheyFill: a pipeline whose replies are far larger
+// than itself (COMMAND) is answered in writes of about flushAt, not held in
+// one buffer until its last command has run (issue 32, item 5).
+func TestLoopWritesRepliesAsTheyFill(t *testing.T) {
+	s := loopServer(t, nil)
+	c := newLoopClient(t, s)
+	one := len(c.do("COMMAND"))
+	n := 4*flushAt/one + 1
+	c.send(strings.Repeat("COMMAND\r\n", n))
+	c.settle()
+	writes := c.f.writes[1:]
+	total := 0
+	for _, w := range writes {
+		if len(w) > flushAt+one {
+			t.Fatalf("a write of %d bytes; replies go out every %d", len(w), flushAt)
+		}
+		total += len(w)
+	}
+	if len(writes) < 4 || total != n*one {
+		t.Fatalf("%d writes of %d bytes in all, want at least 4 and %d", len(writes), total, n*one)
+	}
+}

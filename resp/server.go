@@ -7,8 +7,10 @@
 //
 // Two front ends serve the same commands: an event loop on gnet (gnet.go,
 // loop.go), where a batch of pipelined commands costs one read and one write
-// and commands that might wait run on a goroutine of their own, and
-// tidwall/redcon (redcon.go), one goroutine per connection.
+// and commands that might wait run on a goroutine of their own, and one
+// goroutine per connection ("redcon", redcon.go). Both accept connections
+// on a goroutine of their own (accept.go) and read them through the same
+// framing guard (guard.go) and parser (parse.go).
 package resp
 
 import (
@@ -61,13 +63,16 @@ type Config struct {
 	OnCommand func(name string)
 	// Info, if set, adds lines to INFO's "# Locks" section.
 	Info func() []string
-	// Frontend is FrontendGnet (default) or FrontendRedcon.
+	// Frontend is FrontendGnet (default) or FrontendRedcon (a goroutine
+	// per connection).
 	Frontend string
 	// EventLoops is the number of gnet event loops (default 1).
 	EventLoops int
 	// MaxClients caps the connected clients (default 10000, as Redis's
 	// maxclients); one more is told "-ERR max number of clients reached"
-	// and disconnected, as Redis does.
+	// and disconnected, as Redis does. Each client costs a file
+	// descriptor: a process sizing it to its limit reserves ReservedFDs
+	// for the server besides.
 	MaxClients int
 	// IdleTimeout closes a client idle for that long (Redis's timeout; 0,
 	// the default, never does). A client with a command waiting for a lock
@@ -172,6 +177,16 @@ type Server struct {
 	nextID  atomic.Int64
 	clients atomic.Int64
 	refused atomic.Int64 // connections turned away at MaxClients
+	// attacks counts cross-protocol requests (crossProtocolAttack);
+	// attackLogged is when one was last logged (Unix ns).
+	attacks      atomic.Int64
+	attackLogged atomic.Int64
+	// acceptFailed counts failed accepts, acceptLogged is when one was
+	// last logged (accept.go); handshakesRefused counts TLS connections
+	// closed at MaxHandshakes.
+	acceptFailed      atomic.Int64
+	acceptLogged      atomic.Int64
+	handshakesRefused atomic.Int64
 	// draining: new connections are turned away (Drain).
 	draining atomic.Bool
 	// conns are the connected clients by id (CLIENT LIST, CLIENT KILL,
@@ -209,7 +224,7 @@ func New(cfg Config) *Server {
 	s.clock.Store(s.started.UnixNano())
 	switch cfg.Frontend {
 	case FrontendRedcon:
-		s.fe = newRedconFrontend(s)
+		s.fe = newRedconFrontend(s, nil)
 	case FrontendGnet:
 		s.fe = newGnetFrontend(s)
 	}
@@ -255,6 +270,13 @@ func (s *Server) Addr() net.Addr {
 // and ClientAuth. TLS connections are served by a goroutine each (the
 // redcon front end), whatever Frontend is: the event loop reads raw
 // sockets.
+//
+// A TLS connection is a client, counted against MaxClients, once its
+// handshake is done. Until then it counts against MaxHandshakes, and its
+// handshake has HandshakeTimeout: connections that never finish one can
+// neither take the clients' places (on both ports) nor hold up the others'
+// handshakes beyond that. A client past MaxClients is refused over TLS,
+// after its handshake, as Redis refuses it.
 func (s *Server) ListenTLS(addr string, cfg *tls.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -265,8 +287,8 @@ func (s *Server) ListenTLS(addr string, cfg *tls.Config) error {
 	if err != nil {
 		return err
 	}
-	f := newRedconFrontend(s)
-	f.serve(tls.NewListener(ln, cfg))
+	f := newRedconFrontend(s, cfg)
+	f.serve(ln)
 	s.tlsFE, s.tlsAddr = f, ln.Addr()
 	return nil
 }
@@ -321,7 +343,12 @@ type connState struct {
 	libVer  string
 	w       replyWriter
 	srv     *Server
-	lim     *limitConn // redcon only
+	// raw is the connection the hang-up watch peeks at (redcon only; the
+	// event loop sees hang-ups itself).
+	raw net.Conn
+	// attack: the client sent POST or Host: as a command (prepare); the
+	// connection closes with nothing more answered.
+	attack bool
 	// ctx is the context lock operations run under; on the event loop it
 	// carries lockmap.NoWait.
 	ctx    context.Context
@@ -408,10 +435,10 @@ func (st *connState) queue(ctx context.Context) (context.Context, func()) {
 		st.waiting.Add(-1)
 		s.blocked.Add(-1)
 	}
-	if st.lim == nil {
+	if st.raw == nil {
 		return ctx, done
 	}
-	qctx, stop := s.hangups.watch(ctx, st.lim.Conn)
+	qctx, stop := s.hangups.watch(ctx, st.raw)
 	return qctx, func() { stop(); done() }
 }
 
@@ -434,6 +461,10 @@ func (s *Server) prepare(st *connState, args [][]byte) (*command, string) {
 	if len(args) == 0 {
 		st.w.err("ERR empty command")
 		return nil, "empty"
+	}
+	if crossProtocol(args[0]) {
+		s.crossProtocolAttack(st)
+		return nil, "unknown"
 	}
 	c := st.lookup(args[0])
 	name := "unknown"
@@ -463,6 +494,41 @@ func (s *Server) prepare(st *connState, args [][]byte) (*command, string) {
 	}
 	st.last.Store(c)
 	return c, name
+}
+
+// crossProtocol reports whether name is POST or Host:, in any case: the
+// first words of the lines of an HTTP request. A web page can make a
+// browser send one to the proxy's port, and the body of a POST then
+// arrives as commands: "DEL victim\r\nSET victim attacker NX PX 60000"
+// would take a lock from anyone who can open that page. Redis closes such
+// a connection for the same reason.
+func crossProtocol(name []byte) bool {
+	return equalFold(name, "POST") || equalFold(name, "HOST:")
+}
+
+// crossProtocolAttack marks st for closing with nothing more answered, and
+// logs it as Redis does, at most once a minute so that a page reloading in
+// a loop cannot fill the log.
+func (s *Server) crossProtocolAttack(st *connState) {
+	st.attack = true
+	s.attacks.Add(1)
+	now := time.Now().UnixNano()
+	last := s.attackLogged.Load()
+	if now-last < int64(time.Minute) || !s.attackLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to the proxy. "+
+		"This is likely due to an attacker attempting to use Cross Protocol Scripting (a web page posting to this port) to take or release locks. Connection aborted.",
+		zap.String("addr", st.addr), zap.Int64("attempts_so_far", s.attacks.Load()))
+}
+
+// CrossProtocolAttempts counts connections closed for sending POST or Host:
+// as a command.
+func (s *Server) CrossProtocolAttempts() int64 { return s.attacks.Load() }
+
+// newGuard is a framing guard with the server's limits.
+func (s *Server) newGuard() *guard {
+	return newGuard(maxArgs, int64(s.cfg.MaxCommandBytes), min(maxInline, s.cfg.MaxCommandBytes))
 }
 
 // lookup finds a command by name, case-insensitively, without allocating:

@@ -63,6 +63,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	if err := fitMaxClients(&cfg, log); err != nil {
+		log.Error("maxclients", zap.Error(err))
+		return 2
+	}
 	stopProfile, err := procutil.StartCPUProfile(cfg.CPUProfile)
 	if err != nil {
 		log.Error("cpuprofile", zap.Error(err))

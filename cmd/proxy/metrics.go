@@ -135,6 +135,12 @@ func (m *metrics) watch(srv *resp.Server, lm *lockmap.Map) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "proxy_rejected_connections_total", Help: "Connections refused because maxclients were connected.",
 	}, func() float64 { return float64(srv.Refused()) }))
+	total := func(name, help string, f func() int64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
+	}
+	total("proxy_accept_failures_total", "Accepts of client connections that failed (out of file descriptors, mostly); each is retried.", srv.AcceptFailures)
+	total("proxy_tls_handshakes_refused_total", "TLS connections closed because the most handshakes allowed at once were in flight.", srv.HandshakesRefused)
+	total("proxy_cross_protocol_closed_total", "Connections closed for sending POST or Host: as a command (a web page posting to the RESP port).", srv.CrossProtocolAttempts)
 	rs := lm.RouteStats()
 	routed := func(name, help string, f func() uint64) {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))

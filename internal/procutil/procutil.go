@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/net/netutil"
 )
 
 // NewLogger is the daemons' logger: JSON lines to out at level ("debug",
@@ -38,6 +39,10 @@ func NewLogger(level string, out io.Writer) (*zap.Logger, error) {
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(out)), lvl)
 	return zap.New(core), nil
 }
+
+// MetricsMaxConns bounds the connections the metrics endpoint serves at
+// once, and so the file descriptors it can take.
+const MetricsMaxConns = 16
 
 // MetricsServer serves /metrics until Shutdown.
 type MetricsServer struct {
@@ -59,6 +64,10 @@ func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, ready fun
 	if err != nil {
 		return nil, err
 	}
+	// At most MetricsMaxConns scrapes at once, the rest wait in the
+	// kernel's queue: a flood of connections here must not use up the
+	// descriptors the daemon's clients and peers need.
+	ln = netutil.LimitListener(ln, MetricsMaxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -74,7 +83,8 @@ func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, ready fun
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	m := &MetricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr()}
+	// Idle keep-alive connections would hold those places forever.
+	m := &MetricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}, addr: ln.Addr()}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server", zap.Error(err))
