@@ -41,8 +41,8 @@ type topology struct {
 	// keys of its own (nil without Config.Embedded clients).
 	embedded *proxyProc
 	links    map[string]*toxiproxy.Proxy
-	tox     *toxiproxy.ApiServer
-	mu      sync.Mutex
+	tox      *toxiproxy.ApiServer
+	mu       sync.Mutex
 
 	etcd    *testproc.EtcdCluster
 	etcdCli *clientv3.Client
