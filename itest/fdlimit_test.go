@@ -17,7 +17,7 @@ import (
 // "ulimit -n n" in the shell that starts it.
 func underUlimit(t *testing.T, n int, args ...string) *testproc.Proc {
 	t.Helper()
-	base := append([]string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0"}, testproc.ProxyArgs()...)
+	base := append([]string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-state-dir", t.TempDir()}, testproc.ProxyArgs()...)
 	script := fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, n)
 	return testproc.Start(t, "proxy", "/bin/sh", append([]string{"-c", script, testproc.Bin(t, "proxy")}, append(base, args...)...), testproc.ProxyReady)
 }
@@ -108,7 +108,7 @@ func TestDescriptorLimit(t *testing.T) {
 // room for a single client is refused at start, with how to fix it.
 func TestDescriptorLimitTooLow(t *testing.T) {
 	script := `ulimit -n 40 && exec "$0" "$@"`
-	out, err := exec.Command("/bin/sh", "-c", script, testproc.Bin(t, "proxy"), "-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0").CombinedOutput()
+	out, err := exec.Command("/bin/sh", "-c", script, testproc.Bin(t, "proxy"), "-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-state-dir", t.TempDir()).CombinedOutput()
 	if err == nil {
 		t.Fatalf("the proxy started under ulimit -n 40:\n%s", out)
 	}
