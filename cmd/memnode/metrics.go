@@ -31,6 +31,8 @@ func registry(host *memnode.Server, srv *tcpfab.Server) *prometheus.Registry {
 			"Joins refused because members from the joining host held max_nodes_per_host node IDs.", st.JoinsRefusedPerHost.Load),
 		counterFunc("memnode_refused_connections_total",
 			"Connections closed because they failed the fabric secret's challenge (the log shows a sample).", srv.Refused),
+		counterFunc("memnode_accept_failures_total",
+			"Accepts that failed and were retried after a pause (out of file descriptors, mostly).", srv.AcceptFailures),
 	)
 	recoveries := []struct {
 		result string

@@ -217,17 +217,24 @@ func (ps *peerSide) accept() {
 	log := ps.e.log
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var backoff acceptBackoff
 	for {
 		c, err := ps.ln.Accept()
 		if err != nil {
 			ps.mu.RLock()
 			closed := ps.closed
 			ps.mu.RUnlock()
-			if !closed {
-				log.Error("tcpfab: peer listener failed; this node no longer receives Sends", zap.Error(err))
+			if closed {
+				return
 			}
-			return
+			if errors.Is(err, net.ErrClosed) {
+				log.Error("tcpfab: peer listener closed; this node no longer receives Sends", zap.Error(err))
+				return
+			}
+			backoff.failed(log, "peer port", err)
+			continue
 		}
+		backoff.ok()
 		ps.mu.Lock()
 		if ps.closed {
 			ps.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -33,8 +35,34 @@ type Server struct {
 	wg     sync.WaitGroup
 	secret []byte // RequireSecret
 
-	refused Refusals
+	refused      Refusals
+	acceptFailed atomic.Uint64
 }
+
+// AcceptFailures counts accepts that failed and were retried (out of file
+// descriptors, mostly).
+func (s *Server) AcceptFailures() uint64 { return s.acceptFailed.Load() }
+
+// acceptBackoff is how a listener outlives failed accepts, out of file
+// descriptors mostly: it pauses, growing to a second, and tries again,
+// while the kernel keeps the connection queued. Giving up would end the
+// memory node's service, or a proxy's receipt of handovers, for good.
+type acceptBackoff struct {
+	pause  time.Duration
+	logged time.Time
+}
+
+func (a *acceptBackoff) failed(log *zap.Logger, what string, err error) {
+	if time.Since(a.logged) >= time.Minute {
+		a.logged = time.Now()
+		log.Error("tcpfab: accepting a connection failed; retrying (if the process is out of file descriptors, raise its limit: ulimit -n or LimitNOFILE)",
+			zap.String("listener", what), zap.Error(err))
+	}
+	a.pause = min(max(2*a.pause, 5*time.Millisecond), time.Second)
+	time.Sleep(a.pause)
+}
+
+func (a *acceptBackoff) ok() { a.pause = 0 }
 
 // Refused is the number of connections closed because they failed the
 // fabric secret's challenge; the log shows only a sample of them.
@@ -90,22 +118,32 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
+	var backoff acceptBackoff
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
-			delete(s.lns, ln)
 			s.mu.Unlock()
 			if closed {
+				s.mu.Lock()
+				delete(s.lns, ln)
+				s.mu.Unlock()
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				s.mu.Lock()
+				delete(s.lns, ln)
+				s.mu.Unlock()
+				return err
 			}
-			return err
+			// Out of file descriptors, mostly: the members already
+			// connected go on, and so must the listener.
+			s.acceptFailed.Add(1)
+			backoff.failed(s.log, "memory node", err)
+			continue
 		}
+		backoff.ok()
 		sc := &sconn{srv: s, c: c, s: newSender(c), remote: c.RemoteAddr().String(),
 			probes: map[uint32]chan rdma.Hold{}, gone: make(chan struct{})}
 		sc.ctx, sc.cancel = context.WithCancel(context.Background())
