@@ -407,24 +407,9 @@ func (c *campaign) client(ctx context.Context, id int, l lane, zipf *keydist.Zip
 		sent := time.Now()
 		c.ops.Add(1)
 		fence, err := rc.Do(context.Background(), args...).Uint64()
-		took := time.Since(sent)
-		switch {
-		case errors.Is(err, redis.Nil):
-			c.busy.Add(1)
-			c.noteAnswer(proxy, sent, took)
-			continue
-		case err != nil:
-			c.errs.Add(1)
-			c.noteError(err)
-			if took > c.cfg.requestBound() && !c.faulted(proxy, sent, time.Now()) {
-				c.stuck.Add(1)
-				fmt.Fprintf(c.cfg.Log, "stuck: %s %s took %v: %v\n", name, key, took, err)
-			}
-			sleep(ctx, 50*time.Millisecond)
+		if !c.answered(ctx, proxy, name, key, sent, err) {
 			continue
 		}
-		c.granted.Add(1)
-		c.noteAnswer(proxy, sent, took)
 		granted := time.Now()
 		hk := strconv.Itoa(proxy) + "/" + key
 		held.Add(1)
@@ -443,6 +428,31 @@ func (c *campaign) client(ctx context.Context, id int, l lane, zipf *keydist.Zip
 		rc.Do(rctx, "LOCK.RELEASE", key, token)
 		cancel()
 	}
+}
+
+// answered counts an acquire's answer, sent at sent, and reports whether it
+// was a grant. After an error it pauses a little, and it counts a request
+// that a proxy not under a fault took longer than the bound to answer.
+func (c *campaign) answered(ctx context.Context, proxy int, name, key string, sent time.Time, err error) bool {
+	took := time.Since(sent)
+	switch {
+	case errors.Is(err, redis.Nil):
+		c.busy.Add(1)
+		c.noteAnswer(proxy, sent, took)
+		return false
+	case err != nil:
+		c.errs.Add(1)
+		c.noteError(err)
+		if took > c.cfg.requestBound() && !c.faulted(proxy, sent, time.Now()) {
+			c.stuck.Add(1)
+			fmt.Fprintf(c.cfg.Log, "stuck: %s %s took %v: %v\n", name, key, took, err)
+		}
+		sleep(ctx, 50*time.Millisecond)
+		return false
+	}
+	c.granted.Add(1)
+	c.noteAnswer(proxy, sent, took)
+	return true
 }
 
 // rogue records critical sections without taking the lock: the planted

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -36,21 +35,10 @@ func (c *campaign) constClient(ctx context.Context, k, proxy int, rc *redis.Clie
 		} else {
 			fence, err = rc.Do(context.Background(), "LOCK.ACQUIRE", key, "1", "PX", ttl.Milliseconds(), "WAIT", c.cfg.Wait.Milliseconds()).Uint64()
 		}
-		took := time.Since(sent)
-		switch {
-		case errors.Is(err, redis.Nil):
-			c.busy.Add(1)
-			c.noteAnswer(proxy, sent, took)
+		if !c.answered(ctx, proxy, name, key, sent, err) {
 			sleep(ctx, time.Duration(r.IntN(20))*time.Millisecond)
 			continue
-		case err != nil:
-			c.errs.Add(1)
-			c.noteError(err)
-			sleep(ctx, 50*time.Millisecond)
-			continue
 		}
-		c.granted.Add(1)
-		c.noteAnswer(proxy, sent, took)
 		granted := time.Now()
 		sleep(ctx, time.Duration(r.Int64N(int64(c.cfg.Hold)+1)))
 		released := time.Now()
@@ -94,20 +82,9 @@ func (c *campaign) lapser(ctx context.Context, id int, rc *redis.Client, proxy i
 		sent := time.Now()
 		c.ops.Add(1)
 		fence, err := rc.Do(context.Background(), "LOCK.ACQUIRE", key, token, "PX", lapseTTL.Milliseconds(), "WAIT", c.cfg.Wait.Milliseconds()).Uint64()
-		took := time.Since(sent)
-		switch {
-		case errors.Is(err, redis.Nil):
-			c.busy.Add(1)
-			c.noteAnswer(proxy, sent, took)
-			continue
-		case err != nil:
-			c.errs.Add(1)
-			c.noteError(err)
-			sleep(ctx, 50*time.Millisecond)
+		if !c.answered(ctx, proxy, name, key, sent, err) {
 			continue
 		}
-		c.granted.Add(1)
-		c.noteAnswer(proxy, sent, took)
 		granted := time.Now()
 		// Past the TTL as the proxy counts it too: it started no later
 		// than the grant's reply.

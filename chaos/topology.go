@@ -167,11 +167,17 @@ func (t *topology) startHAMemnode(mp *memProc, ready *regexp.Regexp) error {
 	if err != nil {
 		return err
 	}
+	t.keep(p, &mp.p)
+	return nil
+}
+
+// keep keeps p as the process at *at, and in the list of every process
+// started.
+func (t *topology) keep(p *testproc.Proc, at **testproc.Proc) {
 	t.mu.Lock()
-	mp.p = p
+	*at = p
 	t.launched = append(t.launched, p)
 	t.mu.Unlock()
-	return nil
 }
 
 // record is the shard's record in etcd.
@@ -216,10 +222,7 @@ func (t *topology) startMemnode() error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.mem = p
-	t.launched = append(t.launched, p)
-	t.mu.Unlock()
+	t.keep(p, &t.mem)
 	return nil
 }
 
@@ -239,10 +242,7 @@ func (t *topology) startProxy(pp *proxyProc) error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	pp.p = p
-	t.launched = append(t.launched, p)
-	t.mu.Unlock()
+	t.keep(p, &pp.p)
 	return nil
 }
 
@@ -259,10 +259,7 @@ func (t *topology) startEmbedded() error {
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	e.p = p
-	t.launched = append(t.launched, p)
-	t.mu.Unlock()
+	t.keep(p, &e.p)
 	return nil
 }
 

@@ -22,9 +22,12 @@ func pauseExpirer(m *Map) (resume func()) {
 	}
 }
 
-func soloMap(t *testing.T) *Map {
+func soloMap(t *testing.T) *Map { return soloMapCfg(t, memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour}) }
+
+// soloMapCfg is a map on a memory node of its own, configured as cfg.
+func soloMapCfg(t *testing.T, cfg memnode.Config) *Map {
 	t.Helper()
-	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+	host := memnode.New(cfg)
 	t.Cleanup(host.Close)
 	ep, err := memfab.New(host).Join("p")
 	if err != nil {
@@ -126,14 +129,7 @@ func TestLookupTTLIsNeverZeroForALiveHold(t *testing.T) {
 // TestRangeTTLEndsAtItsDeadline: a range lock past its TTL is gone for
 // LOCK.RANGE.RELEASE and LOCK.RANGE.INFO, whatever its timer is doing.
 func TestRangeTTLEndsAtItsDeadline(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour, RangeBytes: RangeTreeBytes()})
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, Config{})
-	t.Cleanup(m.Close)
+	m := soloMapCfg(t, memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour, RangeBytes: RangeTreeBytes()})
 	ctx := context.Background()
 	if _, ok, err := m.RangeAcquire(ctx, "r", "a", 0, 10, rangelock.Exclusive, time.Hour, time.Second); !ok || err != nil {
 		t.Fatalf("acquire: %v %v", ok, err)
