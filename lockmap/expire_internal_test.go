@@ -22,7 +22,9 @@ func pauseExpirer(m *Map) (resume func()) {
 	}
 }
 
-func soloMap(t *testing.T) *Map { return soloMapCfg(t, memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour}) }
+func soloMap(t *testing.T) *Map {
+	return soloMapCfg(t, memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
+}
 
 // soloMapCfg is a map on a memory node of its own, configured as cfg.
 func soloMapCfg(t *testing.T, cfg memnode.Config) *Map {
