@@ -327,7 +327,7 @@ func (s *Server) writeCommandInfo(st *connState, name string, c *command) {
 // (subscriptions, MULTI, per-client buffers it does not track) is 0 or -1.
 // flags is N, or b while a command waits in a lock's queue (as Redis marks
 // a client blocked in BLPOP).
-func (st *connState) clientLine(now time.Time) string {
+func (st *conn) clientLine(now time.Time) string {
 	st.infoMu.Lock()
 	name, libName, libVer, user := st.name, st.libName, st.libVer, "default"
 	if st.user != nil {
@@ -355,10 +355,10 @@ func (st *connState) clientLine(now time.Time) string {
 }
 
 // listClients is every connected client, in id order.
-func (s *Server) listClients() []*connState {
-	var out []*connState
+func (s *Server) listClients() []*conn {
+	var out []*conn
 	s.conns.Range(func(_, v any) bool {
-		out = append(out, v.(*connState))
+		out = append(out, v.(*conn))
 		return true
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
@@ -501,7 +501,7 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 			id != 0 && c.id != id,
 			addr != "" && c.addr != addr,
 			laddr != "" && c.laddr != laddr,
-			skipMe && c == st,
+			skipMe && c == st.conn,
 			user != "" && c.userName() != user,
 			maxAge >= 0 && int64(now.Sub(c.opened)/time.Second) < maxAge:
 			continue
@@ -513,7 +513,7 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 }
 
 // userName is the connection's user as CLIENT LIST shows it.
-func (st *connState) userName() string {
+func (st *conn) userName() string {
 	st.infoMu.Lock()
 	defer st.infoMu.Unlock()
 	if st.user == nil {

@@ -236,7 +236,7 @@ func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	lc := f.s.makeLoopConn(func() { f.wake(c) }, f.bell(c))
 	c.SetContext(lc)
-	f.s.register(lc.st, addrString(c.RemoteAddr()), addrString(c.LocalAddr()), func() { f.kill(c) })
+	f.s.register(lc.st.conn, addrString(c.RemoteAddr()), addrString(c.LocalAddr()), func() { f.kill(c) })
 	return nil, gnet.None
 }
 

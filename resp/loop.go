@@ -183,7 +183,7 @@ func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 // release for its whole TTL.
 func (s *Server) closeLoopConn(lc *loopConn) {
 	lc.st.cancel()
-	s.unregister(lc.st)
+	s.unregister(lc.st.conn)
 	s.clients.Add(-1)
 }
 

@@ -113,7 +113,7 @@ func (f *redconFrontend) start(nc net.Conn) {
 	f.conns[st] = nc
 	f.wg.Add(1)
 	f.mu.Unlock()
-	s.register(st, addrString(nc.RemoteAddr()), addrString(nc.LocalAddr()), func() { _ = nc.Close() })
+	s.register(st.conn, addrString(nc.RemoteAddr()), addrString(nc.LocalAddr()), func() { _ = nc.Close() })
 	go f.serveConn(nc, st)
 }
 
@@ -126,7 +126,7 @@ func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 	s := f.s
 	defer func() {
 		st.cancel()
-		s.unregister(st)
+		s.unregister(st.conn)
 		s.clients.Add(-1)
 		_ = nc.Close()
 		f.mu.Lock()

@@ -331,17 +331,18 @@ func (s *Server) Close() error {
 	return s.fe.close()
 }
 
-// connState is per-connection protocol state. Exactly one goroutine uses it
-// at a time: the connection's own (redcon), or the event loop, or the
-// goroutine a waiting command runs on while the loop leaves it alone (gnet).
-type connState struct {
+// conn is a connection: who it is (CLIENT LIST), how it authenticated and
+// which protocol it speaks, and how to close it. Commands change it only on
+// the connection's own goroutine (redcon) or its event loop; a command that
+// runs on a goroutine of its own (connState) reads only what does not
+// change, and the atomics.
+type conn struct {
 	id      int64
 	resp3   bool
 	authed  bool
 	name    string
 	libName string
 	libVer  string
-	w       replyWriter
 	srv     *Server
 	// raw is the connection the hang-up watch peeks at (redcon only; the
 	// event loop sees hang-ups itself).
@@ -349,32 +350,11 @@ type connState struct {
 	// attack: the client sent POST or Host: as a command (prepare); the
 	// connection closes with nothing more answered.
 	attack bool
-	// ctx is the context lock operations run under; on the event loop it
-	// carries lockmap.NoWait.
-	ctx    context.Context
+	// base is the connection's own context, cancelled when it closes:
+	// what a command that may wait runs under.
+	base   context.Context
 	cancel context.CancelFunc
-	// blocked is set when a lock operation under NoWait answered
-	// lockmap.ErrWouldBlock: the command must run again where it may wait.
-	blocked bool
-	// base is the connection's own context (ctx without NoWait), for what
-	// goes on after the command has left the loop.
-	base context.Context
-	// bell, while a command runs on the event loop, is the loop's doorbell:
-	// releases post their atomic on it, and on a memory node across the
-	// network an acquire starts on it and defers its reply (deferred; the
-	// loop renders it once done hands it over).
-	bell     *lockmap.Doorbell
-	deferred bool
-	done     func(render func(*replyWriter))
-	ops      scriptOps
-	// Scratch space reused across commands, so that dispatch allocates
-	// nothing: the lower-cased command name, a lower-cased script SHA1, the
-	// KEYS and ARGV of a script.
-	lname [24]byte // longest command name: lock.range.acquire (18)
-	lsha  [40]byte
-	keys  []string
-	argv  []string
-	// queueHook is st.queue, made once: a method value made per command
+	// queueHook is queue, made once: a method value made per command
 	// would allocate.
 	queueHook func(context.Context) (context.Context, func())
 	// user is who AUTH made the connection (nil: the default user).
@@ -395,28 +375,67 @@ type connState struct {
 	killed atomic.Bool
 }
 
+// connState is what one command runs with: its connection, where its reply
+// goes, and how it may wait. A connection's commands run one after another
+// on one connState (its goroutine's, or its event loop's), except those
+// that have to wait: each of those gets a connState of its own and runs on
+// a goroutine, while the connection goes on with its next commands; their
+// replies are put back in order (replyQueue).
+type connState struct {
+	*conn
+	w replyWriter
+	// ctx is the context lock operations run under; on the event loop it
+	// carries lockmap.NoWait.
+	ctx context.Context
+	// blocked is set when a lock operation under NoWait answered
+	// lockmap.ErrWouldBlock: the command must run again where it may wait.
+	blocked bool
+	// bell, while a command runs on the event loop, is the loop's doorbell:
+	// releases post their atomic on it, and on a memory node across the
+	// network an acquire starts on it and defers its reply (deferred; done
+	// hands the reply over once the acquire is done).
+	bell     *lockmap.Doorbell
+	deferred bool
+	done     func(render func(*replyWriter))
+	ops      scriptOps
+	// Scratch space reused across commands, so that dispatch allocates
+	// nothing: the lower-cased command name, a lower-cased script SHA1, the
+	// KEYS and ARGV of a script.
+	lname [24]byte // longest command name: lock.range.acquire (18)
+	lsha  [40]byte
+	keys  []string
+	argv  []string
+}
+
 // kill closes the connection (CLIENT KILL, the idle sweep). The close is
 // asynchronous, so the flag stops it serving commands that arrive first,
 // as Redis does with a client it is closing.
-func (st *connState) kill() {
-	st.killed.Store(true)
-	st.close()
+func (c *conn) kill() {
+	c.killed.Store(true)
+	c.close()
 }
 
 // register makes a new connection visible to CLIENT LIST and KILL.
-func (s *Server) register(st *connState, addr, laddr string, close func()) {
-	st.addr, st.laddr, st.close = addr, laddr, close
-	st.opened = time.Now()
-	st.active.Store(st.opened.UnixNano())
-	s.conns.Store(st.id, st)
+func (s *Server) register(c *conn, addr, laddr string, close func()) {
+	c.addr, c.laddr, c.close = addr, laddr, close
+	c.opened = time.Now()
+	c.active.Store(c.opened.UnixNano())
+	s.conns.Store(c.id, c)
 }
 
-func (s *Server) unregister(st *connState) { s.conns.Delete(st.id) }
+func (s *Server) unregister(c *conn) { s.conns.Delete(c.id) }
 
+// newConnState is a new connection, with the state its commands run on.
 func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
-	st := &connState{id: s.nextID.Add(1), srv: s, authed: !s.needsAuth(), ctx: ctx, base: ctx, cancel: cancel}
-	st.ops = scriptOps{s: s, st: st}
-	st.queueHook = st.queue
+	c := &conn{id: s.nextID.Add(1), srv: s, authed: !s.needsAuth(), base: ctx, cancel: cancel}
+	c.queueHook = c.queue
+	return c.newState(ctx)
+}
+
+// newState is a state for c's commands to run on, under ctx.
+func (c *conn) newState(ctx context.Context) *connState {
+	st := &connState{conn: c, ctx: ctx}
+	st.ops = scriptOps{s: c.srv, st: st}
 	return st
 }
 
@@ -424,21 +443,21 @@ func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *c
 // (INFO blocked_clients) and, on redcon, watches for the client hanging up
 // meanwhile. The event loop learns of a hang-up from the socket (OnClose)
 // and cancels the connection's context itself.
-func (st *connState) queue(ctx context.Context) (context.Context, func()) {
-	s := st.srv
+func (c *conn) queue(ctx context.Context) (context.Context, func()) {
+	s := c.srv
 	s.blocked.Add(1)
-	st.waiting.Add(1)
+	c.waiting.Add(1)
 	// A wait's end counts as activity (as Redis's unblocking does), so the
 	// idle timeout starts over from there.
 	done := func() {
-		st.active.Store(time.Now().UnixNano())
-		st.waiting.Add(-1)
+		c.active.Store(time.Now().UnixNano())
+		c.waiting.Add(-1)
 		s.blocked.Add(-1)
 	}
-	if st.raw == nil {
+	if c.raw == nil {
 		return ctx, done
 	}
-	qctx, stop := s.hangups.watch(ctx, st.raw)
+	qctx, stop := s.hangups.watch(ctx, c.raw)
 	return qctx, func() { stop(); done() }
 }
 
@@ -594,7 +613,7 @@ func (s *Server) cron(stop <-chan struct{}) {
 			}
 			swept = now
 			s.conns.Range(func(_, v any) bool {
-				st := v.(*connState)
+				st := v.(*conn)
 				if st.waiting.Load() == 0 && now.UnixNano()-st.active.Load() > int64(d) {
 					s.log.Debug("closing idle client", zap.Int64("id", st.id), zap.String("addr", st.addr))
 					st.kill()
