@@ -60,42 +60,42 @@ func (st *connState) keysAllowed(c *command, args [][]byte) bool {
 	if u == nil {
 		return true
 	}
-	deny := func() bool {
-		st.w.err("NOPERM No permissions to access a key")
-		return false
-	}
-	switch c.name {
-	case "eval", "evalsha":
-		n, err := strconv.Atoi(string(args[2]))
-		if err != nil || n < 0 || 3+n > len(args) {
-			return true // the command itself answers the malformed numkeys
-		}
-		for _, k := range args[3 : 3+n] {
-			if !u.mayAccess(k) {
-				return deny()
-			}
-		}
-		return true
-	case "client":
+	if c.name == "client" {
 		if sub := strings.ToLower(string(args[1])); sub == "list" || sub == "kill" {
 			st.w.err("NOPERM User " + u.Name + " has no permissions to run the 'client|" + sub + "' command")
 			return false
 		}
 	}
-	if c.first <= 0 {
-		return true
-	}
-	last := c.last
-	if last < 0 {
-		last = len(args) + last
-	}
-	step := max(c.step, 1)
-	for i := c.first; i <= last && i < len(args); i += step {
+	first, last, step := keySpan(c, args)
+	for i := first; i <= last; i += step {
 		if !u.mayAccess(args[i]) {
-			return deny()
+			st.w.err("NOPERM No permissions to access a key")
+			return false
 		}
 	}
 	return true
+}
+
+// keySpan is where command c's keys are in args: args[first], then every
+// step-th up to args[last]; none when first > last. A script's keys are its
+// numkeys (a malformed numkeys names none; the command itself answers it).
+func keySpan(c *command, args [][]byte) (first, last, step int) {
+	switch c.name {
+	case "eval", "evalsha":
+		n, err := strconv.Atoi(string(args[2]))
+		if err != nil || n < 0 || 3+n > len(args) {
+			return 1, 0, 1
+		}
+		return 3, 2 + n, 1
+	}
+	if c.first <= 0 {
+		return 1, 0, 1
+	}
+	last = c.last
+	if last < 0 {
+		last = len(args) + last
+	}
+	return c.first, min(last, len(args)-1), max(c.step, 1)
 }
 
 // globMatch is Redis's stringmatchlen for the forms key patterns use: *

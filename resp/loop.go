@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"go.uber.org/zap"
-	"sync/atomic"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
@@ -14,9 +13,9 @@ import (
 // the fuzz target can drive it without sockets.
 //
 // Each time a connection's input grows, the loop runs every complete
-// command buffered for it, in order, appends all their replies to one
-// buffer and writes that with one system call. A command must never block
-// the loop, which serves every other connection too:
+// command buffered for it, in order, appends their replies to one buffer
+// and writes that with one system call. A command must never block the
+// loop, which serves every other connection too:
 //
 //   - commands that do not touch the lock table run on the loop;
 //   - lock commands run on the loop too, under lockmap.NoWait, with the
@@ -28,13 +27,14 @@ import (
 //   - a lock command that would have to wait answers ErrWouldBlock (a held
 //     key with a wait budget on an in-process memory node, a verb on a
 //     network one that the doorbell does not carry): its reply is dropped
-//     and it runs again from the start on a goroutine, where it may wait.
+//     and it runs again from the start on a goroutine, on a state of its
+//     own, where it may wait.
 //
-// While a connection's command is deferred or runs on a goroutine, the
-// connection processes nothing else, so replies stay in order: input that
-// arrives meanwhile stays buffered, up to MaxCommandBytes. When the
-// command is done it wakes the loop, which writes its reply and carries on
-// with the buffered input in the same pass.
+// A connection never waits behind itself (replyq.go): while one of its
+// commands waits, deferred or on its goroutine, the loop goes on with the
+// commands behind it, and holds their replies until the ones ahead of them
+// are out. When the waiting command is done it wakes the loop, which
+// writes what may go out now.
 
 // loopIO is what the loop needs of a connection: gnet.Conn's view of the
 // buffered input, and its write.
@@ -50,34 +50,46 @@ type loopIO interface {
 
 // loopConn is one connection of the event loop.
 type loopConn struct {
-	st     *connState
-	base   context.Context // the connection's context, cancelled when it closes
-	nowait context.Context // base under lockmap.NoWait, for lock commands on the loop
+	st     *connState      // the loop's state: every command runs on it first
+	nowait context.Context // the connection's context under lockmap.NoWait, for lock commands on the loop
 	g      *guard
 	seen   int // bytes at the front of the buffered input the guard has checked
 	p      cmdParser
 	wake   func() // has the loop call onTraffic again (gnet: Conn.Wake)
 	bell   *loopBell
 
-	// busy: held runs on a goroutine, which owns st until it sets finished,
-	// or a deferred command waits for its acquire, whose completion hands
-	// over the reply (ready) and sets finished. busy and held are only
-	// touched by the loop (and by the goroutine between the loop starting
-	// it and finished).
-	busy     bool
-	held     heldCmd
-	ready    atomic.Pointer[func(*replyWriter)]
-	finished atomic.Bool
-	// staged: the current batch started atomics on a network doorbell.
-	// Until they are posted and answered, nothing of the connection goes
-	// further: not its replies (a client told "released" must not find the
-	// key still held), and not its next command. unposted is set while a
-	// deferred command's connection waits for that, and closing when the
-	// connection closes once it is over.
-	staged   bool
-	unposted bool
-	closing  bool
+	// q holds the commands still running and the replies behind them; it
+	// is the loop's alone. Commands that finish set their entry's fin and
+	// wake the loop.
+	q replyQueue
+	// staged: the current batch started atomics on a network doorbell:
+	// its replies go out only once those are posted and answered (a
+	// client told "released" must not find the key still held), through
+	// a barrier entry the doorbell opens.
+	staged bool
+	// next is the entry a deferred acquire of the next lock command gets:
+	// the command's completion and Queue hook report to it.
+	next *pending
+	// closing: close once every reply is out (QUIT).
+	closing bool
+	// bad is the error a batch ended on (actFatal).
+	bad string
+	// staging are the keys of the commands of the current batch that
+	// staged atomics on the network doorbell (slices of its input): a later
+	// command on one of them waits for the next pass, once they are in.
+	staging [][]byte
+	// spare are states of finished goroutines, for the next command that
+	// has to wait.
+	spare []*connState
 }
+
+// maxPending bounds the commands of one connection left running at once;
+// past it the loop reads no more of its input until some are done, and
+// the input it has buffered meanwhile is bounded by MaxCommandBytes.
+var maxPending = 1024 // a variable for tests
+
+// busy reports whether a command of the connection is still running.
+func (lc *loopConn) busy() bool { return !lc.q.empty() }
 
 // loopBell is an event loop's doorbell (lockmap.Doorbell): the atomics the
 // lock commands of one pass start go out together, with one round trip
@@ -125,23 +137,16 @@ func (b *loopBell) ring() {
 	b.d.Launch(context.Background(), ringPatience, b.schedule)
 }
 
-// heldCmd is a command handed to a goroutine, with its arguments copied
-// out of the input buffer, which the loop may reuse meanwhile.
-type heldCmd struct {
-	c     *command
-	args  [][]byte
-	arena []byte
-}
-
 // action is what a batch leaves to do.
 type action uint8
 
 const (
-	actNone  action = iota
-	actHold         // run lc.held on a goroutine
-	actDefer        // the last command's reply comes from its completion
-	actClose        // write the replies, then close the connection
-	actMore         // the replies fill a write: write them, then run the rest
+	actNone   action = iota
+	actFull          // maxPending commands are running: read no more until some are done
+	actSettle        // the next command waits for an earlier one on its keys to settle
+	actClose         // write the replies, then close the connection
+	actFatal         // bad input: answer it and close at once
+	actMore          // the replies fill a write: write them, then run the rest
 )
 
 // flushAt is how many bytes of replies a batch collects before it writes
@@ -155,16 +160,10 @@ func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	lc := &loopConn{
 		st:     s.newConnState(ctx, cancel),
-		base:   ctx,
 		nowait: lockmap.WithDoorbell(lockmap.NoWait(ctx), bell.d),
 		g:      s.newGuard(),
 		wake:   wake,
 		bell:   bell,
-	}
-	lc.st.done = func(render func(*replyWriter)) {
-		lc.ready.Store(&render)
-		lc.finished.Store(true)
-		lc.wake()
 	}
 	return lc
 }
@@ -176,40 +175,27 @@ func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 	return s.makeLoopConn(wake, bell)
 }
 
-// closeLoopConn is told that the connection has closed. A command of its
-// still running on a goroutine sees its context cancelled: a wait in a
-// lock's queue ends, and the lock table completes and releases the
-// acquisition in the background rather than keep a lock nobody will
-// release for its whole TTL.
+// closeLoopConn is told that the connection has closed. Its commands still
+// running see its context cancelled: a wait in a lock's queue ends, and the
+// lock table completes and releases the acquisition in the background
+// rather than keep a lock nobody will release for its whole TTL.
 func (s *Server) closeLoopConn(lc *loopConn) {
 	lc.st.cancel()
 	s.unregister(lc.st.conn)
 	s.clients.Add(-1)
 }
 
-// onTraffic runs when the connection's input grew or its goroutine
+// onTraffic runs when the connection's input grew or one of its commands
 // finished. It reports whether to close the connection.
 func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
-	st := lc.st
-	if st.killed.Load() {
+	if lc.st.killed.Load() {
 		return true
 	}
-	if lc.busy {
-		if !lc.finished.Load() || lc.unposted {
-			return s.whileBusy(lc, io)
-		}
-		// The goroutine's reply is in st.w, ahead of what follows; a
-		// deferred command's is rendered now.
-		lc.busy = false
-		lc.finished.Store(false)
-		if r := lc.ready.Swap(nil); r != nil {
-			st.w.resp3 = st.resp3
-			(*r)(&st.w)
-		}
-		if lc.closing {
-			s.flush(lc, io)
-			return true
-		}
+	if !lc.q.empty() {
+		s.flush(lc, io)
+	}
+	if lc.closing {
+		return lc.q.empty()
 	}
 	for {
 		closing, more := s.pass(lc, io)
@@ -226,12 +212,14 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 	st := lc.st
 	in, _ := io.Peek(-1)
 	if err := lc.feed(in); err != nil {
-		st.w.err("ERR " + err.Error())
-		s.flush(lc, io)
+		s.fatal(lc, io, "ERR "+err.Error())
 		return true, false
 	}
-	lc.bell.d.Mark() // afterRing waits for this connection's atomics only
+	lc.bell.d.Mark() // the barrier waits for this connection's atomics only
+	first := lc.q.len()
 	n, act := s.batch(lc, in)
+	clear(lc.staging)
+	lc.staging = lc.staging[:0]
 	lc.p.trim()
 	if n > 0 {
 		_, _ = io.Discard(n)
@@ -239,105 +227,80 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 	}
 	if act == actMore {
 		more, act = true, actNone
-	} else if rest := len(in) - n; rest > s.cfg.MaxCommandBytes && act != actClose {
-		// Without a command held, what is left is one incomplete command.
-		if act == actHold {
-			st.w.err(s.pipelineLimit())
+	} else if rest := len(in) - n; rest > s.cfg.MaxCommandBytes && act != actClose && act != actFatal {
+		// What is left is one incomplete command, or a pipeline behind
+		// commands still running.
+		if act == actFull || act == actSettle {
+			lc.bad = s.pipelineLimit()
 		} else {
-			st.w.err(fmt.Sprintf("ERR command exceeds %d bytes, the proxy's limit", s.cfg.MaxCommandBytes))
+			lc.bad = fmt.Sprintf("ERR command exceeds %d bytes, the proxy's limit", s.cfg.MaxCommandBytes)
 		}
-		act = actClose
+		act = actFatal
+	}
+	if act == actFatal {
+		s.fatal(lc, io, lc.bad)
+		return true, false
 	}
 	if lc.staged {
 		lc.staged = false
 		if !lc.bell.inline {
-			// The rest of the input, if any, runs once the atomics are
-			// answered and the loop is woken.
-			s.afterRing(lc, act)
-			return false, false
+			s.barrier(lc, first)
 		}
 	}
 	s.flush(lc, io)
 	lc.bell.after()
-	if n := io.OutboundBuffered(); n > s.cfg.MaxOutputBytes {
+	if n := io.OutboundBuffered() + lc.q.held; n > s.cfg.MaxOutputBytes {
 		// A client that pipelines and does not read its replies: they
 		// would pile up in the proxy without bound. Redis's
 		// client-output-buffer-limit does the same for the clients it caps.
 		s.log.Warn("closing a client over the output limit: it does not read its replies",
-			zap.Int64("id", lc.st.id), zap.String("addr", lc.st.addr), zap.Int("pending_bytes", n), zap.Int("limit", s.cfg.MaxOutputBytes))
+			zap.Int64("id", st.id), zap.String("addr", st.addr), zap.Int("pending_bytes", n), zap.Int("limit", s.cfg.MaxOutputBytes))
 		return true, false
 	}
-	switch act {
-	case actClose:
-		return true, false
-	case actHold:
-		lc.busy = true
-		s.offload.Add(1)
-		go s.runHeld(lc)
-	case actDefer:
-		// The completion may have run already (an acquire settled without
-		// the memory node, or on a quick goroutine): its wake then brings
-		// the loop straight back.
-		lc.busy = true
+	if act == actClose {
+		if lc.q.empty() {
+			return true, false
+		}
+		lc.closing = true // once the replies of the commands still running are out
 	}
 	return false, more
 }
 
-// afterRing holds a connection whose batch started atomics on the network
-// doorbell until the memory nodes have answered them: the replies stay in
-// st.w, and the connection is busy, so that what it does next (a command
-// handed to a goroutine, the buffered input, closing) comes after the
-// atomics too.
-func (s *Server) afterRing(lc *loopConn, act action) {
-	lc.busy = true
-	switch act {
-	case actNone, actClose:
-		lc.closing = act == actClose
-		lc.bell.d.After(func() {
-			lc.finished.Store(true)
-			lc.wake()
-		})
-	case actHold:
-		lc.bell.d.After(func() {
-			s.offload.Add(1)
-			go s.runHeld(lc)
-		})
-	case actDefer:
-		// Its own completion hands over the last reply; the others wait
-		// for the atomics of the earlier commands, which may have gone to
-		// other memory nodes.
-		lc.unposted = true
-		lc.bell.d.After(func() {
-			lc.unposted = false
-			lc.wake()
-		})
+// barrier holds the replies of the pass that started atomics on the network
+// doorbell, the entries it queued from first on and the replies after them,
+// until the memory nodes have answered those atomics: a client told
+// "released" must not find the key still held. The doorbell opens it.
+func (s *Server) barrier(lc *loopConn, first int) {
+	b := &pending{}
+	b.gate = b // its replies wait for itself
+	for _, p := range lc.q.q[first:] {
+		if p.gate == nil {
+			p.gate = b
+		}
 	}
-	lc.bell.after()
+	lc.q.push(b, &lc.st.w)
+	lc.bell.d.After(func() {
+		b.fin.Store(true)
+		lc.wake()
+	})
 }
 
 func (s *Server) pipelineLimit() string {
-	return fmt.Sprintf("ERR more than %d bytes of commands are pipelined behind one still waiting for its lock, the proxy's limit", s.cfg.MaxCommandBytes)
+	return fmt.Sprintf("ERR more than %d bytes of commands are pipelined behind commands still waiting for their locks, the proxy's limit", s.cfg.MaxCommandBytes)
 }
 
-// whileBusy keeps a connection's new input buffered while its goroutine
-// runs. The guard still checks every byte as it arrives, and the input may
-// not grow past MaxCommandBytes: a client that keeps pipelining behind a
-// waiting command is told so and disconnected, which also abandons the
-// wait. The reply goes straight out, since st.w belongs to the goroutine.
-func (s *Server) whileBusy(lc *loopConn, io loopIO) bool {
-	in, _ := io.Peek(-1)
-	msg := ""
-	if err := lc.feed(in); err != nil {
-		msg = "ERR " + err.Error()
-	} else if len(in) > s.cfg.MaxCommandBytes {
-		msg = s.pipelineLimit()
-	} else {
-		return false
+// fatal answers bad input with msg and has the connection closed: after
+// the other replies of the batch if nothing runs, else at once, ahead of
+// the replies of the commands still running, which are abandoned with the
+// connection (its context is cancelled as it closes).
+func (s *Server) fatal(lc *loopConn, io loopIO, msg string) {
+	w := &lc.st.w
+	if !lc.q.empty() {
+		w.b = w.b[:0]
+		lc.q = replyQueue{}
 	}
-	var w replyWriter
 	w.err(msg)
-	_, _ = io.Write(w.b)
-	return true
+	s.flush(lc, io)
 }
 
 // feed hands the guard the input bytes it has not seen yet.
@@ -351,9 +314,10 @@ func (lc *loopConn) feed(in []byte) error {
 }
 
 // batch runs the complete commands at the front of in, in order, appending
-// their replies to st.w. It stops at the end of the complete commands, at
-// a command that must run on a goroutine (copied to lc.held), or at one
-// after which the connection closes. It returns how many bytes it consumed.
+// their replies to st.w. A command that has to wait is left running and
+// the batch goes on. It stops at the end of the complete commands, at one
+// after which the connection closes, or with maxPending commands running.
+// It returns how many bytes it consumed.
 func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 	st := lc.st
 	// Activity, for the idle timeout, is stamped once per batch, to the
@@ -365,23 +329,34 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 		if len(st.w.b) >= flushAt {
 			return n, actMore
 		}
+		if lc.q.len() >= maxPending {
+			return n, actFull
+		}
 		args, used, err := lc.p.next(in[n:])
 		if err != nil {
-			st.w.err("ERR " + err.Error())
-			return n, actClose
+			lc.bad = "ERR " + err.Error()
+			return n, actFatal
 		}
 		if used == 0 {
 			break // incomplete
 		}
-		n += used
 		if len(args) == 0 {
+			n += used
 			continue // a blank inline line, or an empty multibulk
 		}
+		if !lc.q.empty() || len(lc.staging) > 0 {
+			if c := st.lookup(args[0]); c != nil && c.lock && len(args) >= c.minArgs && lc.settling(c, args) {
+				return n, actSettle // an earlier command on its keys is in flight
+			}
+		}
+		n += used
 		st.w.resp3 = st.resp3
 		c, name := s.prepare(st, args)
 		if st.attack {
-			// Nothing of the batch is answered, and nothing after runs.
+			// Nothing of the batch is answered, and nothing after runs;
+			// the commands still running answer nobody.
 			st.w.b = st.w.b[:0]
+			lc.q = replyQueue{}
 			return n, actClose
 		}
 		switch {
@@ -392,23 +367,34 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 		default:
 			mark, ops := len(st.w.b), lc.bell.d.Len()
 			st.ctx, st.blocked, st.bell = lc.nowait, false, lc.bell.d
+			if !lc.bell.inline {
+				// A deferred acquire reports to the entry it will get.
+				if lc.next == nil {
+					lc.next = newPending(st.conn, lc.wake)
+				}
+				st.done, st.queueHook = lc.next.done, lc.next.queueHook
+			}
 			s.run(st, c, args)
-			st.ctx, st.bell = lc.base, nil
+			st.ctx, st.bell, st.done, st.queueHook = st.base, nil, nil, st.conn.queueHook
 			if lc.bell.inline {
 				lc.bell.after() // in-process: post at once, so the next command sees it
 			} else if lc.bell.d.Len() > ops {
 				lc.staged = true
+				first, last, step := keySpan(c, args)
+				for i := first; i <= last; i += step {
+					lc.staging = append(lc.staging, args[i])
+				}
 			}
 			if st.blocked {
 				st.blocked = false
 				st.w.b = st.w.b[:mark]
-				lc.hold(c, args)
-				return n, actHold
-			}
-			if st.deferred {
+				s.runOffloaded(lc, c, args)
+			} else if st.deferred {
 				st.deferred = false
-				s.onCommand(name)
-				return n, actDefer
+				p := lc.next
+				lc.next = nil
+				p.resp3, p.keys = st.w.resp3, keysOf(c, args)
+				lc.q.push(p, &st.w)
 			}
 		}
 		s.onCommand(name)
@@ -419,49 +405,90 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 	return n, actNone
 }
 
-// hold copies a command out of the input buffer for runHeld.
-func (lc *loopConn) hold(c *command, args [][]byte) {
-	h := &lc.held
-	size := 0
-	for _, a := range args {
-		size += len(a)
+// settling reports whether command c must wait for an earlier one of the
+// connection on one of its keys: in flight, or an atomic staged by this
+// batch.
+func (lc *loopConn) settling(c *command, args [][]byte) bool {
+	if lc.q.settling(c, args) {
+		return true
 	}
-	if cap(h.arena) < size {
-		h.arena = make([]byte, 0, size)
+	first, last, step := keySpan(c, args)
+	for i := first; i <= last; i += step {
+		for _, sk := range lc.staging {
+			if string(sk) == string(args[i]) {
+				return true
+			}
+		}
 	}
-	// The arena has room for every argument, so appending never moves it
-	// and the slices below stay valid.
-	arena := h.arena[:0]
-	h.args = h.args[:0]
-	for _, a := range args {
-		off := len(arena)
-		arena = append(arena, a...)
-		h.args = append(h.args, arena[off:len(arena):len(arena)])
+	return false
+}
+
+// runOffloaded runs a command that has to wait on a goroutine, on a state of
+// its own, with its arguments copied out of the input buffer, which the
+// loop reuses meanwhile. The connection goes on with the commands behind
+// it; the command's entry in the queue holds their replies until its own
+// is in.
+func (s *Server) runOffloaded(lc *loopConn, c *command, args [][]byte) {
+	x := lc.state()
+	x.w.resp3 = lc.st.w.resp3
+	p := newPending(lc.st.conn, lc.wake)
+	p.x, p.keys = x, keysOf(c, args)
+	x.queueHook = p.queueHook
+	args = x.hold(args)
+	lc.q.push(p, &lc.st.w)
+	s.offloaded.Add(1)
+	go func() {
+		s.run(x, c, args)
+		s.onCommand(c.name)
+		p.fin.Store(true)
+		lc.wake()
+	}()
+}
+
+// state is a state for a command that has to wait: a spare one, or new.
+func (lc *loopConn) state() *connState {
+	if n := len(lc.spare); n > 0 {
+		x := lc.spare[n-1]
+		lc.spare = lc.spare[:n-1]
+		return x
 	}
-	h.arena = arena
-	h.c = c
+	return lc.st.newState(lc.st.base)
+}
+
+// recycle keeps a finished goroutine's state for the next one, with its
+// buffers if they are small.
+func (lc *loopConn) recycle(x *connState) {
+	if len(lc.spare) >= 4 {
+		return
+	}
+	if cap(x.w.b) > maxKept {
+		x.w.b = nil
+	}
+	x.w.b = x.w.b[:0]
+	x.arena, x.args = x.arena[:0], x.args[:0]
+	if cap(x.arena) > maxKept {
+		x.arena, x.args = nil, nil
+	}
+	lc.spare = append(lc.spare, x)
 }
 
 // maxKept bounds the buffers a connection keeps between batches.
 const maxKept = 64 << 10
 
-// runHeld runs a held command on its own goroutine, where it may wait, and
-// hands its reply to the loop.
-func (s *Server) runHeld(lc *loopConn) {
-	st, h := lc.st, &lc.held
-	st.w.resp3 = st.resp3
-	s.run(st, h.c, h.args)
-	s.onCommand(h.c.name)
-	if cap(h.arena) > maxKept {
-		h.arena, h.args = nil, nil
-	}
-	lc.finished.Store(true)
-	lc.wake()
-}
-
-// flush writes the batch's replies with one write.
+// flush writes the replies that may go out: everything gathered, if no
+// command is running, else what the queue gives, in order, with one write.
 func (s *Server) flush(lc *loopConn, io loopIO) {
 	w := &lc.st.w
+	if !lc.q.empty() {
+		if len(w.b) > 0 {
+			// Behind the commands still running: held in a finished
+			// entry of its own.
+			p := &pending{}
+			p.fin.Store(true)
+			lc.q.push(p, w)
+		}
+		w.b = lc.q.drain(w.b[:0], lc.recycle)
+	}
 	if len(w.b) == 0 {
 		return
 	}

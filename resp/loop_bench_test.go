@@ -37,7 +37,7 @@ func benchLoop(b *testing.B, s *Server, inputs, want []string) {
 	for i := 0; i < b.N; i++ {
 		k := i % len(raw)
 		c.in = raw[k]
-		if s.onTraffic(lc, &c) || lc.busy {
+		if s.onTraffic(lc, &c) || lc.busy() {
 			b.Fatal("closed or waiting")
 		}
 		if string(c.last) != want[k] {

@@ -35,7 +35,7 @@ func runLoop(t *testing.T, s *Server, chunks ...[]byte) loopRun {
 		c.f.in = append(c.f.in, chunk...)
 		r.traffic++
 		c.pass()
-		for c.lc.busy && !c.closed {
+		for c.lc.busy() && !c.closed {
 			select {
 			case <-c.woke:
 			case <-time.After(50 * time.Millisecond):

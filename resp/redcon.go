@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
 )
 
 // redconFrontend serves each connection on a goroutine of its own, which
@@ -120,11 +122,49 @@ func (f *redconFrontend) start(nc net.Conn) {
 // readChunk is the least room a read is given.
 const readChunk = 16 << 10
 
+// rconn is a connection of the redcon front end: its goroutine runs the
+// commands in order, and a command that has to wait runs on a goroutine of
+// its own while the connection goes on (replyq.go). Whoever has replies to
+// give out, the connection's goroutine or a finished command's, writes
+// them under mu.
+type rconn struct {
+	nc     net.Conn
+	st     *connState
+	nowait context.Context // st's context under lockmap.NoWait
+
+	mu     sync.Mutex
+	q      replyQueue
+	closed bool
+	// settled is signalled when a command still running finishes or
+	// queues, for a command that waits for an earlier one on its keys.
+	settled chan struct{}
+}
+
+// wake is called when one of the connection's commands left running
+// finished or queued: what may go out now goes out.
+func (rc *rconn) wake() {
+	rc.mu.Lock()
+	if !rc.closed && !rc.q.empty() {
+		if out := rc.q.drain(nil, nil); len(out) > 0 {
+			_, _ = rc.nc.Write(out)
+		}
+	}
+	rc.mu.Unlock()
+	select {
+	case rc.settled <- struct{}{}:
+	default:
+	}
+}
+
 // serveConn reads nc's input, runs its commands in order and writes their
 // replies, until the connection ends.
 func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 	s := f.s
+	rc := &rconn{nc: nc, st: st, nowait: lockmap.NoWait(st.base), settled: make(chan struct{}, 1)}
 	defer func() {
+		rc.mu.Lock()
+		rc.closed = true
+		rc.mu.Unlock()
 		st.cancel()
 		s.unregister(st.conn)
 		s.clients.Add(-1)
@@ -150,17 +190,17 @@ func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 			in := buf[len(buf) : len(buf)+n]
 			buf = buf[:len(buf)+n]
 			if gerr := g.feed(in); gerr != nil {
-				f.write(nc, st, "-ERR "+oneLine(gerr.Error())+"\r\n")
+				f.fatal(rc, "-ERR "+oneLine(gerr.Error())+"\r\n")
 				return
 			}
-			used, done := f.run(nc, st, &p, buf)
+			used, done := f.run(rc, &p, buf)
 			p.trim()
 			if done {
 				return
 			}
 			buf = buf[:copy(buf, buf[used:])]
 			if len(buf) > s.cfg.MaxCommandBytes {
-				f.write(nc, st, fmt.Sprintf("-ERR command exceeds %d bytes, the proxy's limit\r\n", s.cfg.MaxCommandBytes))
+				f.fatal(rc, fmt.Sprintf("-ERR command exceeds %d bytes, the proxy's limit\r\n", s.cfg.MaxCommandBytes))
 				return
 			}
 			if len(buf) == 0 && cap(buf) > maxKept {
@@ -178,14 +218,13 @@ func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 
 // run runs the complete commands at the front of in and writes their
 // replies: how many bytes it consumed, and whether the connection is done.
-func (f *redconFrontend) run(nc net.Conn, st *connState, p *cmdParser, in []byte) (int, bool) {
-	s := f.s
+// A lock command runs under lockmap.NoWait first; one that would wait runs
+// on a goroutine of its own, and the next commands go on, but a command on
+// the keys of an earlier one still in flight waits for it to settle.
+func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
+	s, st := f.s, rc.st
 	n := 0
-	defer func() {
-		if len(st.w.b) > 0 {
-			f.flush(nc, st)
-		}
-	}()
+	defer func() { f.flush(rc) }()
 	for n < len(in) {
 		if st.killed.Load() {
 			st.w.b = st.w.b[:0]
@@ -193,7 +232,7 @@ func (f *redconFrontend) run(nc net.Conn, st *connState, p *cmdParser, in []byte
 		}
 		args, used, err := p.next(in[n:])
 		if err != nil {
-			st.w.err("ERR " + err.Error())
+			f.fatal(rc, "-ERR "+oneLine(err.Error())+"\r\n")
 			return n, true
 		}
 		if used == 0 {
@@ -205,39 +244,142 @@ func (f *redconFrontend) run(nc net.Conn, st *connState, p *cmdParser, in []byte
 		}
 		st.active.Store(time.Now().UnixNano())
 		st.w.resp3 = st.resp3
-		name := s.exec(st, args)
+		c, name := s.prepare(st, args)
 		if st.attack {
 			// Nothing of the batch is answered, and nothing after runs.
 			st.w.b = st.w.b[:0]
 			return n, true
 		}
+		switch {
+		case c == nil:
+		case !c.lock:
+			s.run(st, c, args)
+		default:
+			rc.settle(c, args)
+			mark := len(st.w.b)
+			st.ctx, st.blocked = rc.nowait, false
+			s.run(st, c, args)
+			st.ctx = st.base
+			if st.blocked {
+				st.blocked = false
+				st.w.b = st.w.b[:mark]
+				f.offload(rc, c, args)
+			}
+		}
 		s.onCommand(name)
 		if name == "quit" {
+			rc.drained()
 			return n, true
 		}
 		if len(st.w.b) >= flushAt {
-			f.flush(nc, st)
+			f.flush(rc)
 		}
 	}
 	return n, false
 }
 
-// flush writes the replies collected in st.w; a client that does not read
-// them blocks its own goroutine, and nothing piles up in the proxy.
-func (f *redconFrontend) flush(nc net.Conn, st *connState) {
-	_, _ = nc.Write(st.w.b)
-	if cap(st.w.b) > maxKept {
-		st.w.b = nil
-	} else {
-		st.w.b = st.w.b[:0]
+// settle waits until no command of the connection still in flight has one
+// of c's keys in args.
+func (rc *rconn) settle(c *command, args [][]byte) {
+	for {
+		rc.mu.Lock()
+		busy := rc.q.settling(c, args)
+		rc.mu.Unlock()
+		if !busy {
+			return
+		}
+		select {
+		case <-rc.settled:
+		case <-rc.st.base.Done():
+			return
+		}
 	}
 }
 
-// write sends a last error before the connection closes.
-func (f *redconFrontend) write(nc net.Conn, st *connState, msg string) {
-	st.w.b = append(st.w.b, msg...)
-	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-	f.flush(nc, st)
+// drained waits until every command of the connection has finished and its
+// reply is out (QUIT).
+func (rc *rconn) drained() {
+	for {
+		rc.mu.Lock()
+		rc.flushLocked()
+		empty := rc.q.empty()
+		rc.mu.Unlock()
+		if empty {
+			return
+		}
+		select {
+		case <-rc.settled:
+		case <-rc.st.base.Done():
+			return
+		}
+	}
+}
+
+// offload runs a command that has to wait on a goroutine, on a state of
+// its own, while the connection goes on.
+func (f *redconFrontend) offload(rc *rconn, c *command, args [][]byte) {
+	s, st := f.s, rc.st
+	x := st.newState(st.base)
+	x.w.resp3 = st.w.resp3
+	p := newPending(st.conn, rc.wake)
+	p.x, p.keys = x, keysOf(c, args)
+	x.queueHook = p.queueHook
+	args = x.hold(args)
+	rc.mu.Lock()
+	rc.q.push(p, &st.w)
+	rc.mu.Unlock()
+	s.offloaded.Add(1)
+	go func() {
+		s.run(x, c, args)
+		s.onCommand(c.name)
+		p.fin.Store(true)
+		rc.wake()
+	}()
+}
+
+// flush writes the replies that may go out; a client that does not read
+// them blocks whoever writes, and nothing piles up in the proxy.
+func (f *redconFrontend) flush(rc *rconn) {
+	rc.mu.Lock()
+	rc.flushLocked()
+	rc.mu.Unlock()
+}
+
+func (rc *rconn) flushLocked() {
+	w := &rc.st.w
+	if !rc.q.empty() {
+		if len(w.b) > 0 {
+			p := &pending{}
+			p.fin.Store(true)
+			rc.q.push(p, w)
+		}
+		w.b = rc.q.drain(w.b[:0], nil)
+	}
+	if len(w.b) > 0 && !rc.closed {
+		_, _ = rc.nc.Write(w.b)
+	}
+	if cap(w.b) > maxKept {
+		w.b = nil
+	} else {
+		w.b = w.b[:0]
+	}
+}
+
+// fatal answers bad input with msg before the connection closes: after the
+// replies gathered if no command is running, else at once, ahead of those
+// of the commands still running, which nobody will read.
+func (f *redconFrontend) fatal(rc *rconn, msg string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	w := &rc.st.w
+	if !rc.q.empty() {
+		w.b = w.b[:0]
+		rc.q = replyQueue{}
+	}
+	w.b = append(w.b, msg...)
+	_ = rc.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	rc.flushLocked()
+	rc.closed = true
 }
 
 // isClosed reports the ordinary ends of a connection.

@@ -191,10 +191,10 @@ type Server struct {
 	draining atomic.Bool
 	// conns are the connected clients by id (CLIENT LIST, CLIENT KILL,
 	// the idle sweep).
-	conns   sync.Map
-	blocked atomic.Int64 // commands queued in a lock right now
-	offload atomic.Int64 // gnet: commands run on a goroutine so far
-	started time.Time
+	conns     sync.Map
+	blocked   atomic.Int64 // commands queued in a lock right now
+	offloaded atomic.Int64 // commands run on a goroutine of their own so far
+	started   time.Time
 
 	scriptsMu sync.RWMutex
 	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
@@ -355,7 +355,7 @@ type conn struct {
 	base   context.Context
 	cancel context.CancelFunc
 	// queueHook is queue, made once: a method value made per command
-	// would allocate.
+	// would allocate. A command's state has its own (connState.queueHook).
 	queueHook func(context.Context) (context.Context, func())
 	// user is who AUTH made the connection (nil: the default user).
 	user *User
@@ -397,7 +397,11 @@ type connState struct {
 	bell     *lockmap.Doorbell
 	deferred bool
 	done     func(render func(*replyWriter))
-	ops      scriptOps
+	// queueHook is the lockmap Queue hook lock commands pass: the
+	// connection's, or, for a command left running, one that also marks
+	// its entry as queued (pending.queued).
+	queueHook func(context.Context) (context.Context, func())
+	ops       scriptOps
 	// Scratch space reused across commands, so that dispatch allocates
 	// nothing: the lower-cased command name, a lower-cased script SHA1, the
 	// KEYS and ARGV of a script.
@@ -405,6 +409,33 @@ type connState struct {
 	lsha  [40]byte
 	keys  []string
 	argv  []string
+	// arena and args hold a command's arguments copied out of the input
+	// buffer, for a command that runs on a goroutine (hold).
+	arena []byte
+	args  [][]byte
+}
+
+// hold copies args into st's own buffers, for a command that goes on
+// running while the input buffer they point into is reused.
+func (st *connState) hold(args [][]byte) [][]byte {
+	size := 0
+	for _, a := range args {
+		size += len(a)
+	}
+	if cap(st.arena) < size {
+		st.arena = make([]byte, 0, size)
+	}
+	// The arena has room for every argument, so appending never moves it
+	// and the slices below stay valid.
+	arena := st.arena[:0]
+	st.args = st.args[:0]
+	for _, a := range args {
+		off := len(arena)
+		arena = append(arena, a...)
+		st.args = append(st.args, arena[off:len(arena):len(arena)])
+	}
+	st.arena = arena
+	return st.args
 }
 
 // kill closes the connection (CLIENT KILL, the idle sweep). The close is
@@ -434,7 +465,7 @@ func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *c
 
 // newState is a state for c's commands to run on, under ctx.
 func (c *conn) newState(ctx context.Context) *connState {
-	st := &connState{conn: c, ctx: ctx}
+	st := &connState{conn: c, ctx: ctx, queueHook: c.queueHook}
 	st.ops = scriptOps{s: c.srv, st: st}
 	return st
 }
