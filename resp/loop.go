@@ -218,8 +218,6 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 	lc.bell.d.Mark() // the barrier waits for this connection's atomics only
 	first := lc.q.len()
 	n, act := s.batch(lc, in)
-	clear(lc.staging)
-	lc.staging = lc.staging[:0]
 	lc.p.trim()
 	if n > 0 {
 		_, _ = io.Discard(n)
@@ -247,6 +245,8 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 			s.barrier(lc, first)
 		}
 	}
+	clear(lc.staging)
+	lc.staging = lc.staging[:0]
 	s.flush(lc, io)
 	lc.bell.after()
 	if n := io.OutboundBuffered() + lc.q.held; n > s.cfg.MaxOutputBytes {
@@ -273,6 +273,11 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 func (s *Server) barrier(lc *loopConn, first int) {
 	b := &pending{}
 	b.gate = b // its replies wait for itself
+	// Until the atomics are in, a later command on their keys waits: a
+	// read would find the entry still as it was.
+	for _, k := range lc.staging {
+		b.keys = append(b.keys, string(k))
+	}
 	for _, p := range lc.q.q[first:] {
 		if p.gate == nil {
 			p.gate = b
