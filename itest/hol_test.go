@@ -80,7 +80,9 @@ func TestConnectionNeverWaitsBehindItself(t *testing.T) {
 				name = fe + "/memnode"
 			}
 			t.Run(name, func(t *testing.T) {
-				args := []string{"-frontend", fe, "-acquire-wait", "auto"}
+				// A fixed budget: every try waits (with "auto" only a
+				// retry does, which node-redlock's would be).
+				args := []string{"-frontend", fe, "-acquire-wait", "10s"}
 				if memnode {
 					args = append(args, "-memnode", testproc.Memnode(t).Addr)
 				}

@@ -615,3 +615,33 @@ func TestExtendTakesTheTokenLiterally(t *testing.T) {
 		t.Fatal("the empty token's own hold")
 	}
 }
+
+// TestWaitPolicyLetsRetriesWait: under "auto", a first try does not wait; a
+// retry of the same key and token waits, no longer than the client waited
+// before retrying, nor than the TTL's fraction; a fixed rule applies to
+// every try; WaitFirstTry restores waiting on first tries.
+func TestWaitPolicyLetsRetriesWait(t *testing.T) {
+	var r lockmap.Retries
+	p := lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "fixed:*", Wait: 3 * time.Second}}}
+	if b := p.BudgetFor(&r, "k", "tok", 10*time.Second); b != 0 {
+		t.Fatalf("first try: budget %v, want 0", b)
+	}
+	r.Refused("k", "tok")
+	time.Sleep(30 * time.Millisecond)
+	if b := p.BudgetFor(&r, "k", "tok", 10*time.Second); b < 30*time.Millisecond || b > 400*time.Millisecond {
+		t.Fatalf("retry 30 ms after the refusal: budget %v, want about 30 ms", b)
+	}
+	if b := p.BudgetFor(&r, "k", "other", 10*time.Second); b != 0 {
+		t.Fatalf("another token's first try: budget %v", b)
+	}
+	if b := p.BudgetFor(&r, "k", "tok", 100*time.Millisecond); b != 4*time.Millisecond {
+		t.Fatalf("retry with a 100 ms TTL: budget %v, want 4%% of it", b)
+	}
+	if b := p.BudgetFor(&r, "fixed:a", "x", time.Minute); b != 3*time.Second {
+		t.Fatalf("fixed rule, first try: %v", b)
+	}
+	p.WaitFirstTry = true
+	if b := p.BudgetFor(&r, "k", "new", 10*time.Second); b != 400*time.Millisecond {
+		t.Fatalf("WaitFirstTry: budget %v, want 4%% of the TTL", b)
+	}
+}

@@ -2,6 +2,7 @@ package lockmap
 
 import (
 	"path"
+	"sync"
 	"time"
 )
 
@@ -22,6 +23,10 @@ type WaitPolicy struct {
 	// without a TTL: a late grant to a client that gave up would then be
 	// held forever.
 	Max time.Duration
+	// WaitFirstTry has Auto wait on an acquire's first try too. Without
+	// it (the default), a first try is answered at once, as Redis answers
+	// it, and only a retry waits (BudgetFor).
+	WaitFirstTry bool
 }
 
 // WaitRule sets the budget for keys matching Pattern. Auto uses the
@@ -57,4 +62,105 @@ func (p WaitPolicy) Budget(key string, ttl time.Duration) time.Duration {
 		w = max
 	}
 	return w
+}
+
+// BudgetFor is Budget for an acquire of key by token, with what retries
+// says of it. Waiting serves clients that retry: they are handed the lock
+// in their turn instead of sleeping and trying again. It must not hurt
+// those that do not: a client that tries once (bsm/redislock by default,
+// redis-py's Lock(blocking=False)) wants Redis's answer at once, and one
+// that holds a pooled connection while it waits takes it from its other
+// callers. So, under Auto and unless WaitFirstTry:
+//   - a first try of key by token is answered at once, as on Redis;
+//   - a retry, the same key and token refused before (every lock client
+//     retries with the value it tried with), waits, but no longer than the
+//     client waited before retrying: that is how long it would have slept
+//     before its next try, so the proxy never holds it longer than it would
+//     have held itself, and hands it the lock meanwhile if the holder lets
+//     go. (redsync retries after 50-250 ms, redis-py's blocking Lock after
+//     100 ms, node-redlock after 200 ms plus jitter.)
+//
+// A fixed rule's budget applies to every try: whoever set it knows the
+// clients of those keys.
+func (p WaitPolicy) BudgetFor(retries *Retries, key, token string, ttl time.Duration) time.Duration {
+	for _, r := range p.Rules {
+		if ok, _ := path.Match(r.Pattern, key); ok {
+			if !r.Auto {
+				return r.Wait
+			}
+			break
+		}
+	}
+	b := p.Budget(key, ttl)
+	if b == 0 || p.WaitFirstTry || retries == nil {
+		return b
+	}
+	gap, ok := retries.since(key, token)
+	if !ok {
+		return 0
+	}
+	return min(b, gap)
+}
+
+// Retries remembers recent refusals of acquires, by key and token, to tell
+// a retry from a first try (WaitPolicy.BudgetFor). The zero value is
+// empty and ready.
+type Retries struct {
+	shards [64]retryShard
+}
+
+type retryShard struct {
+	mu sync.Mutex
+	at map[uint64]int64 // owner tag of key and token -> refusal, Unix ns
+}
+
+const (
+	// retryMemory is how long a refusal makes the next try a retry: longer
+	// than any client's retry interval.
+	retryMemory = 30 * time.Second
+	// retryShardMax bounds a shard; past it, refusals older than
+	// retryMemory are forgotten, and if that is not enough, all of them
+	// (their next tries are then first tries: answered at once).
+	retryShardMax = 4096
+)
+
+// Refused records that key was refused to token just now.
+func (r *Retries) Refused(key, token string) {
+	tag := ownerTag(key, token)
+	now := time.Now().UnixNano()
+	sh := &r.shards[tag%uint64(len(r.shards))]
+	sh.mu.Lock()
+	if sh.at == nil {
+		sh.at = map[uint64]int64{}
+	}
+	if len(sh.at) >= retryShardMax {
+		for k, t := range sh.at {
+			if now-t > int64(retryMemory) {
+				delete(sh.at, k)
+			}
+		}
+		if len(sh.at) >= retryShardMax {
+			clear(sh.at)
+		}
+	}
+	sh.at[tag] = now
+	sh.mu.Unlock()
+}
+
+// since is how long ago key was last refused to token, if it was within
+// retryMemory.
+func (r *Retries) since(key, token string) (time.Duration, bool) {
+	tag := ownerTag(key, token)
+	sh := &r.shards[tag%uint64(len(r.shards))]
+	sh.mu.Lock()
+	t, ok := sh.at[tag]
+	sh.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	gap := time.Duration(time.Now().UnixNano() - t)
+	if gap > retryMemory || gap < 0 {
+		return 0, false
+	}
+	return gap, true
 }

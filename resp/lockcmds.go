@@ -213,7 +213,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 		return
 	}
 	key, token := keyToken(args[1], args[2])
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.Budget(key, a.ttl), Queue: st.queueHook}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.BudgetFor(&s.retries, key, token, a.ttl), Queue: st.queueHook}
 	st.acquire(key, token, opt, func(w *replyWriter, _ uint64, ok bool, err error) {
 		switch {
 		case err != nil:
@@ -241,8 +241,14 @@ func keyToken(key, token []byte) (string, string) {
 // one pass, and renders the reply when the acquire is done. Otherwise it
 // runs here, under the connection's context (NoWait on the loop: a wait
 // then runs the command again on a goroutine).
-func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, reply func(w *replyWriter, fence uint64, ok bool, err error)) {
+func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answer func(w *replyWriter, fence uint64, ok bool, err error)) {
 	m := st.srv.cfg.Map
+	reply := func(w *replyWriter, fence uint64, ok bool, err error) {
+		if !ok && err == nil {
+			st.srv.retries.Refused(key, token) // its next try is a retry
+		}
+		answer(w, fence, ok, err)
+	}
 	if st.bell != nil && opt.Mode == shiftlock.Exclusive && !m.Inline() {
 		st.deferred = true
 		done := st.done

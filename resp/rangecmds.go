@@ -2,6 +2,7 @@ package resp
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/rangelock"
 )
@@ -36,7 +37,7 @@ func (s *Server) cmdLockRangeAcquire(st *connState, args [][]byte) {
 	if o.shared {
 		mode = rangelock.Shared
 	}
-	fence, ok, err := s.cfg.Map.RangeAcquire(st.ctx, key, token, l, r, mode, o.ttl, s.waitFor(key, o))
+	fence, ok, err := s.cfg.Map.RangeAcquire(st.ctx, key, token, l, r, mode, o.ttl, s.rangeWait(key, o))
 	switch {
 	case err != nil:
 		st.lockErr(err)
@@ -93,4 +94,14 @@ func (s *Server) cmdLockRangeInfo(st *connState, args [][]byte) {
 		w.bulk("ttl_ms")
 		w.int(h.TTLms)
 	}
+}
+
+// rangeWait is a range acquire's wait budget: WAIT if given, else the key's
+// wait policy, first tries included (a range lock's queue is not a point
+// lock's: a try of a span waits for its conflicting holders to go).
+func (s *Server) rangeWait(key string, o lockOpts) time.Duration {
+	if o.hasWait {
+		return o.wait
+	}
+	return s.cfg.Wait.Budget(key, o.ttl)
 }

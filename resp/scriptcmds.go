@@ -55,9 +55,12 @@ func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reen
 	if len(keys) == 0 {
 		return true, nil
 	}
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.Budget(keys[0], ttl), Queue: o.st.queueHook}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.BudgetFor(&o.s.retries, keys[0], token, ttl), Queue: o.st.queueHook}
 	_, ok, err := o.s.cfg.Map.Acquire(o.st.ctx, keys, token, opt)
 	o.note(err)
+	if !ok && err == nil {
+		o.s.retries.Refused(keys[0], token) // its next try is a retry
+	}
 	return ok, err
 }
 

@@ -191,8 +191,11 @@ type Server struct {
 	draining atomic.Bool
 	// conns are the connected clients by id (CLIENT LIST, CLIENT KILL,
 	// the idle sweep).
-	conns     sync.Map
-	blocked   atomic.Int64 // commands queued in a lock right now
+	conns   sync.Map
+	blocked atomic.Int64 // commands queued in a lock right now
+	// retries tells a retry of an acquire from a first try (the wait
+	// policy lets only retries wait: lockmap.WaitPolicy.BudgetFor).
+	retries   lockmap.Retries
 	offloaded atomic.Int64 // commands run on a goroutine of their own so far
 	started   time.Time
 

@@ -85,6 +85,11 @@ type config struct {
 	AcquireWait  []waitRule    `yaml:"acquire_wait"`
 	WaitFraction float64       `yaml:"acquire_wait_fraction"`
 	WaitMax      time.Duration `yaml:"acquire_wait_max"`
+	// WaitFirstTry has the auto budget apply to an acquire's first try
+	// too; by default a first try is answered at once and only a retry of
+	// the same key and token waits, no longer than the client waited before
+	// retrying (lockmap.WaitPolicy.BudgetFor).
+	WaitFirstTry bool `yaml:"acquire_wait_first_try"`
 
 	// Threshold is ShiftLock's N: writer grants in a row before readers
 	// get their turn.
@@ -192,7 +197,7 @@ func (c config) procs() int {
 }
 
 func (c config) waitPolicy() (lockmap.WaitPolicy, error) {
-	p := lockmap.WaitPolicy{Fraction: c.WaitFraction, Max: c.WaitMax}
+	p := lockmap.WaitPolicy{Fraction: c.WaitFraction, Max: c.WaitMax, WaitFirstTry: c.WaitFirstTry}
 	for _, r := range c.AcquireWait {
 		if r.Pattern == "" {
 			return p, errors.New("acquire_wait: a rule needs a pattern")
@@ -256,6 +261,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&wait, "acquire-wait", "", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`)
 	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
 	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
+	fs.BoolVar(&f.WaitFirstTry, "acquire-wait-first-try", cfg.WaitFirstTry, "let an acquire's first try wait too (default: only a retry of the same key and token waits, no longer than the client waited before it)")
 	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
 	fs.BoolVar(&f.QuorumRouting, "quorum-routing", cfg.QuorumRouting, "take each key's locks at one home proxy of the memory node, so that RedLock clients asking several proxies share one lock")
 	fs.BoolVar(&f.RedlockQuorum, "redlock-quorum", cfg.RedlockQuorum, "RedLock clients use several of these proxies as their instances: the same key and token (at least 16 bytes) held through another proxy counts as the same owner")
@@ -307,6 +313,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("acquire-wait", func() { cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}} })
 	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
 	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
+	over("acquire-wait-first-try", func() { cfg.WaitFirstTry = f.WaitFirstTry })
 	over("writer-threshold", func() { cfg.Threshold = f.Threshold })
 	over("quorum-routing", func() { cfg.QuorumRouting = f.QuorumRouting })
 	over("redlock-quorum", func() { cfg.RedlockQuorum = f.RedlockQuorum })

@@ -109,6 +109,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	wait, _ := cfg.waitPolicy()
+	// A routed acquire needs a wait budget (lockmap route.go): a RedLock
+	// client's requests to several proxies meet at the key's home by
+	// waiting there, first tries included.
+	wait.WaitFirstTry = wait.WaitFirstTry || route
 	lm := lockmap.New(doms, lockmap.Config{
 		Logger:    log,
 		OnAcquire: m.onAcquire,
