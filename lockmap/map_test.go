@@ -618,30 +618,36 @@ func TestExtendTakesTheTokenLiterally(t *testing.T) {
 
 // TestWaitPolicyLetsRetriesWait: under "auto", a first try does not wait; a
 // retry of the same key and token waits, no longer than the client waited
-// before retrying, nor than the TTL's fraction; a fixed rule applies to
-// every try; WaitFirstTry restores waiting on first tries.
+// before retrying, nor than the TTL's fraction, and the connection learns
+// that: its later first tries wait as long; a fixed rule applies to every
+// try; WaitFirstTry restores waiting on first tries.
 func TestWaitPolicyLetsRetriesWait(t *testing.T) {
 	var r lockmap.Retries
+	var fresh, retrier lockmap.Habit
 	p := lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "fixed:*", Wait: 3 * time.Second}}}
-	if b := p.BudgetFor(&r, "k", "tok", 10*time.Second); b != 0 {
+	if b := p.BudgetFor(&r, &retrier, "k", "tok", 10*time.Second); b != 0 {
 		t.Fatalf("first try: budget %v, want 0", b)
 	}
 	r.Refused("k", "tok")
 	time.Sleep(30 * time.Millisecond)
-	if b := p.BudgetFor(&r, "k", "tok", 10*time.Second); b < 30*time.Millisecond || b > 400*time.Millisecond {
+	b := p.BudgetFor(&r, &retrier, "k", "tok", 10*time.Second)
+	if b < 30*time.Millisecond || b > 400*time.Millisecond {
 		t.Fatalf("retry 30 ms after the refusal: budget %v, want about 30 ms", b)
 	}
-	if b := p.BudgetFor(&r, "k", "other", 10*time.Second); b != 0 {
-		t.Fatalf("another token's first try: budget %v", b)
+	if got := p.BudgetFor(&r, &retrier, "k2", "tok2", 10*time.Second); got != b {
+		t.Fatalf("a first try on a connection that retried after %v: budget %v, want the same", b, got)
 	}
-	if b := p.BudgetFor(&r, "k", "tok", 100*time.Millisecond); b != 4*time.Millisecond {
-		t.Fatalf("retry with a 100 ms TTL: budget %v, want 4%% of it", b)
+	if got := p.BudgetFor(&r, &fresh, "k", "other", 10*time.Second); got != 0 {
+		t.Fatalf("another token's first try on a fresh connection: budget %v", got)
 	}
-	if b := p.BudgetFor(&r, "fixed:a", "x", time.Minute); b != 3*time.Second {
-		t.Fatalf("fixed rule, first try: %v", b)
+	if got := p.BudgetFor(&r, &fresh, "k", "tok", 100*time.Millisecond); got != 4*time.Millisecond {
+		t.Fatalf("retry with a 100 ms TTL: budget %v, want 4%% of it", got)
+	}
+	if got := p.BudgetFor(&r, &fresh, "fixed:a", "x", time.Minute); got != 3*time.Second {
+		t.Fatalf("fixed rule, first try: %v", got)
 	}
 	p.WaitFirstTry = true
-	if b := p.BudgetFor(&r, "k", "new", 10*time.Second); b != 400*time.Millisecond {
-		t.Fatalf("WaitFirstTry: budget %v, want 4%% of the TTL", b)
+	if got := p.BudgetFor(&r, nil, "k", "new", 10*time.Second); got != 400*time.Millisecond {
+		t.Fatalf("WaitFirstTry: budget %v, want 4%% of the TTL", got)
 	}
 }

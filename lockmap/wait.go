@@ -3,6 +3,7 @@ package lockmap
 import (
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,25 +65,29 @@ func (p WaitPolicy) Budget(key string, ttl time.Duration) time.Duration {
 	return w
 }
 
-// BudgetFor is Budget for an acquire of key by token, with what retries
-// says of it. Waiting serves clients that retry: they are handed the lock
-// in their turn instead of sleeping and trying again. It must not hurt
-// those that do not: a client that tries once (bsm/redislock by default,
-// redis-py's Lock(blocking=False)) wants Redis's answer at once, and one
-// that holds a pooled connection while it waits takes it from its other
-// callers. So, under Auto and unless WaitFirstTry:
-//   - a first try of key by token is answered at once, as on Redis;
+// BudgetFor is Budget for an acquire of key by token, on a client
+// connection with habit, given what retries remembers. Waiting serves
+// clients that retry: they are handed the lock in their turn instead of
+// sleeping and trying again. It must not hurt those that do not: a client
+// that tries once (bsm/redislock by default, redis-py's
+// Lock(blocking=False)) wants Redis's answer at once, and one that holds a
+// pooled connection while it waits takes it from its other callers. So,
+// under Auto and unless WaitFirstTry:
 //   - a retry, the same key and token refused before (every lock client
 //     retries with the value it tried with), waits, but no longer than the
 //     client waited before retrying: that is how long it would have slept
 //     before its next try, so the proxy never holds it longer than it would
 //     have held itself, and hands it the lock meanwhile if the holder lets
-//     go. (redsync retries after 50-250 ms, redis-py's blocking Lock after
-//     100 ms, node-redlock after 200 ms plus jitter.)
+//     go (redsync retries after 50-250 ms, redis-py's blocking Lock after
+//     100 ms, node-redlock after 200 ms plus jitter). The connection learns
+//     that habit;
+//   - a first try waits only on a connection that has retried before, and
+//     no longer than it waited then; on any other it is answered at once,
+//     as on Redis.
 //
 // A fixed rule's budget applies to every try: whoever set it knows the
 // clients of those keys.
-func (p WaitPolicy) BudgetFor(retries *Retries, key, token string, ttl time.Duration) time.Duration {
+func (p WaitPolicy) BudgetFor(retries *Retries, habit *Habit, key, token string, ttl time.Duration) time.Duration {
 	for _, r := range p.Rules {
 		if ok, _ := path.Match(r.Pattern, key); ok {
 			if !r.Auto {
@@ -95,11 +100,23 @@ func (p WaitPolicy) BudgetFor(retries *Retries, key, token string, ttl time.Dura
 	if b == 0 || p.WaitFirstTry || retries == nil {
 		return b
 	}
-	gap, ok := retries.since(key, token)
-	if !ok {
-		return 0
+	if gap, ok := retries.since(key, token); ok {
+		if habit != nil {
+			habit.gap.Store(int64(gap))
+		}
+		return min(b, gap)
 	}
-	return min(b, gap)
+	if habit != nil {
+		return min(b, time.Duration(habit.gap.Load()))
+	}
+	return 0
+}
+
+// Habit is what one client connection has shown of its retries: how long
+// it waited before its last retry; zero, the value to start from, until
+// it has retried.
+type Habit struct {
+	gap atomic.Int64
 }
 
 // Retries remembers recent refusals of acquires, by key and token, to tell

@@ -80,12 +80,12 @@ func parseLockOpts(args [][]byte, cmd, syntax string) (lockOpts, string) {
 }
 
 // waitFor is the wait budget: WAIT if given, else key's wait policy for
-// token's try.
-func (s *Server) waitFor(key, token string, o lockOpts) time.Duration {
+// token's try on st's connection.
+func (s *Server) waitFor(st *connState, key, token string, o lockOpts) time.Duration {
 	if o.hasWait {
 		return o.wait
 	}
-	return s.cfg.Wait.BudgetFor(&s.retries, key, token, o.ttl)
+	return s.cfg.Wait.BudgetFor(&s.retries, &st.habit, key, token, o.ttl)
 }
 
 // cmdLockAcquire is LOCK.ACQUIRE key token [SHARED] [PX ms|EX s] [WAIT ms].
@@ -98,7 +98,7 @@ func (s *Server) cmdLockAcquire(st *connState, args [][]byte) {
 		st.w.err(e)
 		return
 	}
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: o.ttl, Wait: s.waitFor(key, token, o), Queue: st.queueHook}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: o.ttl, Wait: s.waitFor(st, key, token, o), Queue: st.queueHook}
 	if o.shared {
 		opt.Mode = shiftlock.Shared
 	}

@@ -213,7 +213,7 @@ func (s *Server) cmdSet(st *connState, args [][]byte) {
 		return
 	}
 	key, token := keyToken(args[1], args[2])
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.BudgetFor(&s.retries, key, token, a.ttl), Queue: st.queueHook}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: a.ttl, Wait: s.cfg.Wait.BudgetFor(&s.retries, &st.habit, key, token, a.ttl), Queue: st.queueHook}
 	st.acquire(key, token, opt, func(w *replyWriter, _ uint64, ok bool, err error) {
 		switch {
 		case err != nil:

@@ -55,7 +55,7 @@ func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reen
 	if len(keys) == 0 {
 		return true, nil
 	}
-	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.BudgetFor(&o.s.retries, keys[0], token, ttl), Queue: o.st.queueHook}
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.BudgetFor(&o.s.retries, &o.st.habit, keys[0], token, ttl), Queue: o.st.queueHook}
 	_, ok, err := o.s.cfg.Map.Acquire(o.st.ctx, keys, token, opt)
 	o.note(err)
 	if !ok && err == nil {

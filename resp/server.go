@@ -362,6 +362,9 @@ type conn struct {
 	queueHook func(context.Context) (context.Context, func())
 	// user is who AUTH made the connection (nil: the default user).
 	user *User
+	// habit is how the client on this connection retries (the wait policy
+	// lets a first try wait only on a connection that has retried).
+	habit lockmap.Habit
 
 	// What CLIENT LIST shows to other connections. addr, laddr and opened
 	// are set before the connection is registered; infoMu guards name and
