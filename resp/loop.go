@@ -434,20 +434,9 @@ func (lc *loopConn) settling(c *command, args [][]byte) bool {
 // it; the command's entry in the queue holds their replies until its own
 // is in.
 func (s *Server) runOffloaded(lc *loopConn, c *command, args [][]byte) {
-	x := lc.state()
-	x.w.resp3 = lc.st.w.resp3
-	p := newPending(lc.st.conn, lc.wake)
-	p.x, p.keys = x, keysOf(c, args)
-	x.queueHook = p.queueHook
-	args = x.hold(args)
+	p, args := waiting(lc.st, lc.state(), c, args, lc.wake)
 	lc.q.push(p, &lc.st.w)
-	s.offloaded.Add(1)
-	go func() {
-		s.run(x, c, args)
-		s.onCommand(c.name)
-		p.fin.Store(true)
-		lc.wake()
-	}()
+	s.goWait(p, c, args, lc.wake)
 }
 
 // state is a state for a command that has to wait: a spare one, or new.
@@ -484,16 +473,7 @@ const maxKept = 64 << 10
 // command is running, else what the queue gives, in order, with one write.
 func (s *Server) flush(lc *loopConn, io loopIO) {
 	w := &lc.st.w
-	if !lc.q.empty() {
-		if len(w.b) > 0 {
-			// Behind the commands still running: held in a finished
-			// entry of its own.
-			p := &pending{}
-			p.fin.Store(true)
-			lc.q.push(p, w)
-		}
-		w.b = lc.q.drain(w.b[:0], lc.recycle)
-	}
+	lc.q.out(w, lc.recycle)
 	if len(w.b) == 0 {
 		return
 	}

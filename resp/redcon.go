@@ -318,23 +318,12 @@ func (rc *rconn) drained() {
 // offload runs a command that has to wait on a goroutine, on a state of
 // its own, while the connection goes on.
 func (f *redconFrontend) offload(rc *rconn, c *command, args [][]byte) {
-	s, st := f.s, rc.st
-	x := st.newState(st.base)
-	x.w.resp3 = st.w.resp3
-	p := newPending(st.conn, rc.wake)
-	p.x, p.keys = x, keysOf(c, args)
-	x.queueHook = p.queueHook
-	args = x.hold(args)
+	st := rc.st
+	p, args := waiting(st, st.newState(st.base), c, args, rc.wake)
 	rc.mu.Lock()
 	rc.q.push(p, &st.w)
 	rc.mu.Unlock()
-	s.offloaded.Add(1)
-	go func() {
-		s.run(x, c, args)
-		s.onCommand(c.name)
-		p.fin.Store(true)
-		rc.wake()
-	}()
+	f.s.goWait(p, c, args, rc.wake)
 }
 
 // flush writes the replies that may go out; a client that does not read
@@ -347,14 +336,7 @@ func (f *redconFrontend) flush(rc *rconn) {
 
 func (rc *rconn) flushLocked() {
 	w := &rc.st.w
-	if !rc.q.empty() {
-		if len(w.b) > 0 {
-			p := &pending{}
-			p.fin.Store(true)
-			rc.q.push(p, w)
-		}
-		w.b = rc.q.drain(w.b[:0], nil)
-	}
+	rc.q.out(w, nil)
 	if len(w.b) > 0 && !rc.closed {
 		_, _ = rc.nc.Write(w.b)
 	}

@@ -182,3 +182,42 @@ func (r *replyQueue) drain(out []byte, recycle func(*connState)) []byte {
 	}
 	return out
 }
+
+// out appends w's replies behind the queue and leaves in w what may go out
+// now, in order.
+func (r *replyQueue) out(w *replyWriter, recycle func(*connState)) {
+	if r.empty() {
+		return
+	}
+	if len(w.b) > 0 {
+		// Behind the commands still running: held in a finished entry of
+		// its own.
+		p := &pending{}
+		p.fin.Store(true)
+		r.push(p, w)
+	}
+	w.b = r.drain(w.b[:0], recycle)
+}
+
+// waiting sets up command c of st's connection, which has to wait, to run
+// on x, a state of its own: its entry (not yet queued) and its arguments,
+// copied out of the input buffer, which the connection reuses meanwhile.
+func waiting(st, x *connState, c *command, args [][]byte, wake func()) (*pending, [][]byte) {
+	x.w.resp3 = st.w.resp3
+	p := newPending(st.conn, wake)
+	p.x, p.keys = x, keysOf(c, args)
+	x.queueHook = p.queueHook
+	return p, x.hold(args)
+}
+
+// goWait runs a command set up by waiting on a goroutine; wake tells the
+// connection when it is done.
+func (s *Server) goWait(p *pending, c *command, args [][]byte, wake func()) {
+	s.offloaded.Add(1)
+	go func() {
+		s.run(p.x, c, args)
+		s.onCommand(c.name)
+		p.fin.Store(true)
+		wake()
+	}()
+}
