@@ -198,20 +198,22 @@ func TestRoutedExtend(t *testing.T) {
 	ps := routed(t, 2)
 	key := keyHomedAt(t, ps, 0)
 	c := context.Background()
-	if _, ok, err := ps[1].m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: 200 * time.Millisecond, Wait: time.Second}); !ok || err != nil {
+	// TTLs with room for a loaded machine: an extend that came after its
+	// TTL would find the share gone, as on Redis.
+	if _, ok, err := ps[1].m.Acquire(c, []string{key}, TokT, AcquireOptions{TTL: time.Second, Wait: time.Second}); !ok || err != nil {
 		t.Fatalf("%v %v", ok, err)
 	}
 	ps[1].m.exp.stop() // only the home's timer may end it
 	for i := 0; i < 4; i++ {
-		time.Sleep(100 * time.Millisecond)
-		if ok, err := ps[1].m.Extend(c, key, TokT, 200*time.Millisecond); !ok || err != nil {
+		time.Sleep(300 * time.Millisecond) // past the first TTL by the third
+		if ok, err := ps[1].m.Extend(c, key, TokT, time.Second); !ok || err != nil {
 			t.Fatalf("extend %d: %v %v", i, ok, err)
 		}
 	}
 	if _, ok, _ := ps[0].m.Acquire(c, []string{key}, TokU, AcquireOptions{TTL: time.Minute, Wait: 50 * time.Millisecond}); ok {
 		t.Fatal("U got the lock while T's share was being extended")
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	if ok, _ := ps[1].m.Extend(c, key, TokT, time.Second); ok {
 		t.Fatal("a share that ran out at its home was extended")
 	}
