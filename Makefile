@@ -144,6 +144,14 @@ demo: deps
 demo-ha: deps
 	./scripts/demo-ha.sh
 
+# Every demo the README lists, small and quick, so that one that no longer
+# runs on a fresh machine fails CI (.ci/run): make demo on 20,000 accounts
+# for 3 s per series, and make demo-ha as it is (about 30 s).
+.PHONY: test-demos
+test-demos: deps
+	ACCOUNTS=20000 DURATION=3s WARMUP=1s PAPER_CLIENTS=32 CLIENTS=16 OUT=out/demo-smoke ./scripts/demo.sh
+	./scripts/demo-ha.sh
+
 # The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
 # hotspot), the paper setup (redlock-rs, 240 clients) and the safety setup
 # (10 ms TTL, fencing), 3 rounds, with CPU per committed transaction of

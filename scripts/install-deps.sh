@@ -8,6 +8,7 @@ set -euo pipefail
 
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client) # make demo-ha reads the shard's record with it
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 if ! /usr/bin/python3 -c 'import redis.lock' >/dev/null 2>&1; then
