@@ -15,8 +15,9 @@ import (
 
 // Doorbell gathers the atomics of lock operations started one after another
 // without waiting (AcquireAsync, ReleaseAsync) and posts them together: one
-// batch, one round trip per memory node, however many operations (DESIGN
-// §2: a batch of verbs is posted with one doorbell). The proxy's event loop
+// batch, one round trip per memory node, however many operations (as an
+// RDMA NIC posts a chain of work requests with one doorbell; rdma.Batch).
+// The proxy's event loop
 // starts the operations of every command it has read in one pass and then
 // rings once, so that under load many clients share each round trip, and
 // the memory node's and the proxy's per-verb costs with it.

@@ -19,7 +19,7 @@ var ErrTTLTooLong = errors.New("lockmap: TTL exceeds the memory node's max_lease
 // so it must not grant, extend, or trust the locks it holds there.
 var ErrNoLease = errors.New("lockmap: no lease with the memory node")
 
-// Lease is a proxy's liveness with one memory node (DESIGN §4). It heartbeats
+// Lease is a proxy's liveness with one memory node (docs/reliability.md). It heartbeats
 // into the node table and publishes a lease horizon: a bound on when every
 // grant this proxy made there ends. The memory node will not recover an entry
 // a dead proxy may hold until that horizon has passed, so a grant is only

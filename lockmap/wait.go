@@ -8,7 +8,7 @@ import (
 )
 
 // WaitPolicy decides how long an exclusive acquire (Redis SET NX) may wait
-// in the lock's queue before it answers "not acquired" (DESIGN §5). Redis
+// in the lock's queue before it answers "not acquired" (docs/compatibility.md, "Waiting"). Redis
 // itself never waits; waiting is where the proxy beats retry loops, but a
 // grant that arrives after the client gave up leaves a lock held for its
 // whole TTL, so the default budget is a fraction of the requested TTL, kept

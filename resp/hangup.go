@@ -11,7 +11,7 @@ import (
 )
 
 // hangups notices clients that close their connection while a command of
-// theirs is queued for a lock (DESIGN §3: such a waiter finishes in the
+// theirs is queued for a lock (docs/shiftlock.md: such a waiter finishes in the
 // background and releases at once, rather than keep a lock nobody will
 // release for its whole TTL).
 //

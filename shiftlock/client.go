@@ -210,7 +210,7 @@ func (c *Client) checkEntry(i uint64) error {
 }
 
 // send delivers a notification, in-process when both ends are on this node
-// (DESIGN §3: no network for a local handover). A notification is part of the
+// (no network for a local handover: docs/shiftlock.md). A notification is part of the
 // queue's structure, so the caller's deadline never cuts it short.
 //
 // A remote send completes in the background: neither a waiter (which must go

@@ -13,7 +13,7 @@ import (
 )
 
 // waiter is one blocked acquisition: how it polls, and how it decides that
-// what it waits for will never come (ShiftLock §3.6, DESIGN §4).
+// what it waits for will never come (ShiftLock §3.6; docs/reliability.md).
 type waiter struct {
 	c     *Client
 	entry uint64

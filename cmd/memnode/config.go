@@ -33,7 +33,7 @@ type config struct {
 
 	// StateDir and RestartGrace drive the restart logic (memnode.Open:
 	// generations, the fencing high-water mark and the post-restart grace
-	// period, DESIGN.md §4); see main.go.
+	// period, docs/reliability.md); see main.go.
 	StateDir     string        `yaml:"state_dir"`
 	RestartGrace time.Duration `yaml:"restart_grace"`
 	// MaxLease caps the TTLs proxies may grant (and so the restart grace).

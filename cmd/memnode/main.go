@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		PaperRecovery:     cfg.PaperRecovery,
 		Logger:            log,
 	}
-	// Restart logic (DESIGN §4): with a state directory, each start is a
+	// Restart logic (docs/reliability.md, "Safety", 6): with a state directory, each start is a
 	// new generation whose table starts above every fencing token handed
 	// out before, and joins wait until every lease the previous generation
 	// may have backed has run out.

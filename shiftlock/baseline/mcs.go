@@ -32,7 +32,7 @@ const (
 // hands the lock over with a Send instead of releasing it. Releasing without
 // a successor is one masked CAS that clears the tail if it is still ours.
 // When both ends are on one node the notification is delivered in-process,
-// as ShiftLock does (DESIGN §3).
+// as ShiftLock does (docs/shiftlock.md).
 //
 // An MCS lock owns its endpoint's receive handler (Bind). It is not fault
 // tolerant (ShiftLock Table 1): a waiter that dies breaks the queue.
