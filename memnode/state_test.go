@@ -60,7 +60,7 @@ func TestRestartKeepsTokensIncreasingAndWaitsOutLeases(t *testing.T) {
 	if err := lease.Cover(ctx, time.Now().Add(time.Hour), time.Hour); !errors.Is(err, lockmap.ErrTTLTooLong) {
 		t.Fatalf("TTL over max_lease: %v", err)
 	}
-	time.Sleep(1500 * time.Millisecond) // one high-water scan (every second, on a beat tick)
+	time.Sleep(1500 * time.Millisecond) // beats and saves go on; the next generation starts a leap above the saved mark
 	lease.Stop()
 	host.Close() // the process dies: the table is gone
 
