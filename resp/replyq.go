@@ -2,7 +2,9 @@ package resp
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A connection never waits behind itself. Clients that multiplex their
@@ -214,10 +216,46 @@ func waiting(st, x *connState, c *command, args [][]byte, wake func()) (*pending
 // connection when it is done.
 func (s *Server) goWait(p *pending, c *command, args [][]byte, wake func()) {
 	s.offloaded.Add(1)
-	go func() {
+	s.waiters.run(func() {
 		s.run(p.x, c, args)
 		s.onCommand(c.name)
 		p.fin.Store(true)
 		wake()
-	}()
+	})
+}
+
+// waiters runs the commands that have to wait, each on a goroutine, and
+// keeps a goroutine that is done for the next one a while: a new one's
+// stack grows several times along an acquire's path, and copying it was
+// 6% of the proxy's CPU with 50 clients queued on a hot key. The zero
+// value is ready.
+type waiters struct {
+	jobs chan func() // unbuffered: a send succeeds only to an idle goroutine
+	once sync.Once
+}
+
+// waiterIdle is how long a goroutine with nothing to run waits for more.
+const waiterIdle = 10 * time.Second
+
+func (w *waiters) run(f func()) {
+	w.once.Do(func() { w.jobs = make(chan func()) })
+	select {
+	case w.jobs <- f:
+	default:
+		go w.work(f)
+	}
+}
+
+func (w *waiters) work(f func()) {
+	t := time.NewTimer(waiterIdle)
+	defer t.Stop()
+	for {
+		f()
+		t.Reset(waiterIdle)
+		select {
+		case f = <-w.jobs:
+		case <-t.C:
+			return
+		}
+	}
 }

@@ -197,6 +197,7 @@ type Server struct {
 	// policy lets only retries wait: lockmap.WaitPolicy.BudgetFor).
 	retries   lockmap.Retries
 	offloaded atomic.Int64 // commands run on a goroutine of their own so far
+	waiters   waiters      // the goroutines they run on
 	started   time.Time
 
 	scriptsMu sync.RWMutex
