@@ -54,6 +54,9 @@ type pending struct {
 	// queue, after which commands behind it on those keys may run.
 	keys   []string
 	queued atomic.Bool
+	// watched: a later command waits for this one to settle, so queueing
+	// must wake the connection (otherwise finishing will).
+	watched atomic.Bool
 	// queueHook and done are the command's lockmap Queue hook and, for a
 	// deferred acquire, its completion: both wake the connection.
 	queueHook func(context.Context) (context.Context, func())
@@ -67,7 +70,9 @@ func newPending(c *conn, wake func()) *pending {
 	p.queueHook = func(ctx context.Context) (context.Context, func()) {
 		qctx, stop := c.queue(ctx)
 		p.queued.Store(true)
-		wake()
+		if p.watched.Load() {
+			wake()
+		}
 		return qctx, stop
 	}
 	p.done = func(render func(*replyWriter)) {
@@ -124,7 +129,12 @@ func (r *replyQueue) settling(c *command, args [][]byte) bool {
 	for i := first; i <= last; i += step {
 		for _, p := range r.q {
 			if p.inFlight() && p.touches(args[i]) {
-				return true
+				// Watched before looked at again: a queue hook that
+				// stores queued after this look sees watched and wakes.
+				p.watched.Store(true)
+				if p.inFlight() {
+					return true
+				}
 			}
 		}
 	}
