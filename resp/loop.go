@@ -3,8 +3,10 @@ package resp
 import (
 	"context"
 	"fmt"
-	"go.uber.org/zap"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 )
@@ -81,7 +83,22 @@ type loopConn struct {
 	// spare are states of finished goroutines, for the next command that
 	// has to wait.
 	spare []*connState
+	// paused: the client does not read its replies as fast as it sends
+	// commands (pauseAt); a timer wakes the loop to look again.
+	paused atomic.Bool
 }
+
+// pauseAt is how many bytes of replies may wait for a connection's socket
+// before the loop stops running its input until the socket drains. Without
+// it a client that pipelines cheap commands with long replies (a megabyte
+// of unknown commands is 50 MB of errors) and reads late makes the proxy
+// hold up to MaxOutputBytes of replies, and the Go heap as much again,
+// where its unread input is 50 times smaller.
+const pauseAt = 1 << 20
+
+// pausePoll is how often a paused connection looks whether its socket has
+// drained: gnet reports no writable event to its handler.
+const pausePoll = time.Millisecond
 
 // maxPending bounds the commands of one connection left running at once;
 // past it the loop reads no more of its input until some are done, and
@@ -198,6 +215,9 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		return lc.q.empty()
 	}
 	for {
+		if io.OutboundBuffered() > pauseAt {
+			return s.pause(lc, io)
+		}
 		closing, more := s.pass(lc, io)
 		if !more {
 			return closing
@@ -205,11 +225,27 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	}
 }
 
+// pause leaves the connection's input where it is until its replies have
+// gone out. The input it buffers meanwhile counts against MaxOutputBytes
+// with the replies: a client that never reads is closed, as the limit says.
+func (s *Server) pause(lc *loopConn, io loopIO) (closing bool) {
+	in, _ := io.Peek(-1)
+	if s.overOutput(lc, io.OutboundBuffered()+len(in)+lc.q.held) {
+		return true
+	}
+	if lc.paused.CompareAndSwap(false, true) {
+		time.AfterFunc(pausePoll, func() {
+			lc.paused.Store(false)
+			lc.wake()
+		})
+	}
+	return false
+}
+
 // pass runs what the connection's buffered input holds, as onTraffic
 // describes; more is set when it stopped to write a full batch of replies
 // and there is input left to run.
 func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
-	st := lc.st
 	in, _ := io.Peek(-1)
 	if err := lc.feed(in); err != nil {
 		s.fatal(lc, io, "ERR "+err.Error())
@@ -249,12 +285,7 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 	lc.staging = lc.staging[:0]
 	s.flush(lc, io)
 	lc.bell.after()
-	if n := io.OutboundBuffered() + lc.q.held; n > s.cfg.MaxOutputBytes {
-		// A client that pipelines and does not read its replies: they
-		// would pile up in the proxy without bound. Redis's
-		// client-output-buffer-limit does the same for the clients it caps.
-		s.log.Warn("closing a client over the output limit: it does not read its replies",
-			zap.Int64("id", st.id), zap.String("addr", st.addr), zap.Int("pending_bytes", n), zap.Int("limit", s.cfg.MaxOutputBytes))
+	if s.overOutput(lc, io.OutboundBuffered()+lc.q.held) {
 		return true, false
 	}
 	if act == actClose {
@@ -264,6 +295,20 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 		lc.closing = true // once the replies of the commands still running are out
 	}
 	return false, more
+}
+
+// overOutput reports whether n bytes waiting for a client are over
+// MaxOutputBytes, and logs that the client is closed for it. A client that
+// pipelines and does not read its replies would pile them up in the proxy
+// without bound; Redis's client-output-buffer-limit does the same for the
+// clients it caps.
+func (s *Server) overOutput(lc *loopConn, n int) bool {
+	if n <= s.cfg.MaxOutputBytes {
+		return false
+	}
+	s.log.Warn("closing a client over the output limit: it does not read its replies",
+		zap.Int64("id", lc.st.id), zap.String("addr", lc.st.addr), zap.Int("pending_bytes", n), zap.Int("limit", s.cfg.MaxOutputBytes))
+	return true
 }
 
 // barrier holds the replies of the pass that started atomics on the network

@@ -23,6 +23,10 @@ import (
 type fakeConn struct {
 	in     []byte
 	writes [][]byte
+	// slow: the client reads none of its replies until unread is reset;
+	// the writes count as waiting for the socket.
+	slow   bool
+	unread int
 }
 
 func (f *fakeConn) Peek(n int) ([]byte, error) {
@@ -42,10 +46,13 @@ func (f *fakeConn) Discard(n int) (int, error) {
 
 func (f *fakeConn) Write(p []byte) (int, error) {
 	f.writes = append(f.writes, append([]byte(nil), p...))
+	if f.slow {
+		f.unread += len(p)
+	}
 	return len(p), nil
 }
 
-func (f *fakeConn) OutboundBuffered() int { return 0 }
+func (f *fakeConn) OutboundBuffered() int { return f.unread }
 
 func (f *fakeConn) out() string {
 	var b strings.Builder
@@ -715,5 +722,65 @@ func TestLoopWritesRepliesAsTheyFill(t *testing.T) {
 	}
 	if len(writes) < 4 || total != n*one {
 		t.Fatalf("%d writes of %d bytes in all, want at least 4 and %d", len(writes), total, n*one)
+	}
+}
+
+// TestLoopPausesForASlowReader: a client that pipelines commands with long
+// replies and reads them late has the loop stop running its input once
+// pauseAt bytes of replies wait for the socket, and go on once they are
+// read. Before, the loop ran the whole input: a megabyte of unknown
+// commands left the proxy holding 32 MB of errors and closing the client,
+// and its peak memory grew by up to 92 MB (itest TestInputMemoryIsBounded).
+func TestLoopPausesForASlowReader(t *testing.T) {
+	s := loopServer(t, nil)
+	c := newLoopClient(t, s)
+	one := len(c.do("COMMAND"))
+	n := 4*pauseAt/one + 1
+	c.f.slow = true
+	c.send(strings.Repeat("COMMAND\r\n", n))
+	if c.closed {
+		t.Fatal("closed")
+	}
+	if got := c.f.unread; got > pauseAt+flushAt+one {
+		t.Fatalf("%d bytes of replies wait for a client that does not read; the loop pauses at %d", got, pauseAt)
+	}
+	if len(c.f.in) == 0 {
+		t.Fatal("the loop ran all of the input for a client that does not read")
+	}
+	// The client reads: the timer's wake-ups run the rest.
+	deadline := time.Now().Add(time.Minute)
+	for len(c.f.in) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a paused connection never resumed")
+		}
+		c.f.unread = 0
+		select {
+		case <-c.woke:
+			c.pass()
+		case <-time.After(time.Second):
+			t.Fatal("no wake-up for a paused connection")
+		}
+	}
+	if got := len(replies(t, c.f.out())); got != n+1 {
+		t.Fatalf("%d replies, want %d", got, n+1)
+	}
+}
+
+// TestLoopClosesAClientThatNeverReads: paused, the input the client goes on
+// sending counts against MaxOutputBytes with its replies.
+func TestLoopClosesAClientThatNeverReads(t *testing.T) {
+	s := loopServer(t, func(c *Config) { c.MaxOutputBytes = 4 << 20 })
+	c := newLoopClient(t, s)
+	c.f.slow = true
+	chunk := strings.Repeat("COMMAND\r\n", 10000)
+	for i := 0; i < 1000 && !c.closed; i++ {
+		c.f.in = append(c.f.in, chunk...)
+		c.pass()
+	}
+	if !c.closed {
+		t.Fatal("a client that never reads its replies was never closed")
+	}
+	if got := c.f.unread + len(c.f.in); got > 4<<20+len(chunk)+flushAt {
+		t.Fatalf("%d bytes waited for the client when it was closed; limit %d", got, 4<<20)
 	}
 }
