@@ -186,15 +186,3 @@ func TestRangeLocksGoRedis(t *testing.T) {
 	}
 	t.Logf("%d spans granted", granted.Load())
 }
-
-// TestRangeLocksNeedEmbeddedMemnode: on a memory node process a dead holder
-// would leave its span locked for good (recovery is not built), so the
-// proxy refuses range locks there, saying why.
-func TestRangeLocksNeedEmbeddedMemnode(t *testing.T) {
-	_, ps := cluster(t, 1)
-	c := client(t, ps[0].Addr)
-	err := c.Do(ctxT(t, 5*time.Second), "LOCK.RANGE.ACQUIRE", "k", 0, 10, "t").Err()
-	if err == nil || !strings.Contains(err.Error(), "range locks are not available: they need the embedded memory node") {
-		t.Fatalf("range lock on a memnode process: %v", err)
-	}
-}

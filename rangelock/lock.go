@@ -121,7 +121,7 @@ type gate struct {
 	mu      sync.Mutex
 	n       int
 	aborted bool
-	idle    chan struct{} // closed when n drops to 0 after Abort
+	idle    sync.Cond // signalled when n drops to 0
 }
 
 func (g *gate) enter() bool {
@@ -137,9 +137,20 @@ func (g *gate) enter() bool {
 func (g *gate) leave() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.n--; g.n == 0 && g.idle != nil {
-		close(g.idle)
-		g.idle = nil
+	if g.n--; g.n == 0 && g.idle.L != nil {
+		g.idle.Broadcast()
+	}
+}
+
+// wait returns once nothing is in the gate.
+func (g *gate) wait() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.idle.L == nil {
+		g.idle.L = &g.mu
+	}
+	for g.n > 0 {
+		g.idle.Wait()
 	}
 }
 
@@ -184,17 +195,24 @@ func (lk *Locker) Tree() Tree { return lk.tree }
 func (lk *Locker) Abort() {
 	lk.gate.mu.Lock()
 	lk.gate.aborted = true
-	var idle chan struct{}
-	if lk.gate.n > 0 {
-		idle = make(chan struct{})
-		lk.gate.idle = idle
-	}
 	lk.gate.mu.Unlock()
 	lk.kill()
-	if idle != nil {
-		<-idle
-	}
+	lk.gate.wait()
 }
+
+// Idle reports whether no request of the Locker is in flight and none of
+// its background work (passing on the bakery turn of a request that gave
+// up) is left: it will post no verb unless asked to. A user must not let
+// go of a tree before its Locker is idle.
+func (lk *Locker) Idle() bool {
+	lk.gate.mu.Lock()
+	defer lk.gate.mu.Unlock()
+	return lk.gate.n == 0
+}
+
+// WaitIdle returns once the Locker is idle (it may be busy again by then,
+// if someone asked it for something meanwhile).
+func (lk *Locker) WaitIdle() { lk.gate.wait() }
 
 // settled is the context for a verb that changes the tree: it runs to its
 // end whatever happens to the request, since a verb cancelled on its way
@@ -331,14 +349,16 @@ func (lk *Locker) acquireNodes(ctx context.Context, l, r uint64, m Mode, try boo
 	if m == Shared {
 		nodes = lk.tree.SplitShared(l, r)
 	}
-	rq := &request{try: try, start: time.Now()}
+	rq := &request{try: try}
 	for attempt := 0; ; attempt++ {
 		h := &Held{lk: lk, l: l, r: r, mode: m}
 		var err error
 		failed := 0
 		for i, x := range nodes {
 			var hn heldNode
-			hn, err = lk.lockNode(ctx, rq, x, l, r, m, i > 0)
+			// A try waits for its second node as for its first, only up
+			// to its patience: it cannot close a cycle for longer.
+			hn, err = lk.lockNode(ctx, rq, x, l, r, m, i > 0 && !try)
 			if err != nil {
 				failed = i
 				break
@@ -370,14 +390,12 @@ func (lk *Locker) acquireNodes(ctx context.Context, l, r uint64, m Mode, try boo
 		if !errors.Is(err, errBusy) {
 			return nil, err
 		}
-		if try && (rq.rounds >= maxTryRounds || time.Since(rq.start) > lk.cfg.TryPatience) {
+		if try {
+			// Another attempt would queue again behind what it met.
 			return nil, ErrBusy
 		}
 		lk.backoffs.Add(1)
 		d := lk.cfg.Wait / 4 * time.Duration(1+min(attempt, 8))
-		if try {
-			d = lk.cfg.Poll
-		}
 		if err := lk.sleepUntil(ctx, time.Now().Add(time.Duration(rand.Int64N(int64(d)+1)))); err != nil {
 			return nil, err
 		}
@@ -387,7 +405,6 @@ func (lk *Locker) acquireNodes(ctx context.Context, l, r uint64, m Mode, try boo
 // request is what one acquisition carries through its nodes.
 type request struct {
 	try    bool
-	start  time.Time
 	rounds int // rounds started over (inequation 1)
 }
 
@@ -522,7 +539,17 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 			lk.background(func() { lk.passTicket(x, ticket) })
 			return heldNode{}, errBusy
 		}
-		if err := lk.poll(ctx, t.Addr(x), lk.until(rq), func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
+		turnCame := func(w rdma.U128) bool { return get(fTCnt, w) == ticket }
+		if rq.try {
+			// A try gives up at once on a conflicting occupant, and waits a
+			// little for a request ahead that has not occupied the node yet.
+			turnCame = func(w rdma.U128) bool { return get(fTCnt, w) == ticket || m.blockedBy(w) }
+		}
+		w, err := lk.poll(ctx, t.Addr(x), lk.until(rq), turnCame)
+		if err == nil && get(fTCnt, w) != ticket {
+			err = errBusy // a try that met a conflicting occupant
+		}
+		if err != nil {
 			// The ticket is ours whatever happens: pass it on when its
 			// turn comes, so the queue behind it moves.
 			lk.background(func() { lk.passTicket(x, ticket) })
@@ -535,7 +562,7 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 		// t1 is when the read that found them free was posted: no
 		// ancestor's holder that occupies it later can have started its
 		// wait before it.
-		t1, err := lk.ancestorsFree(ctx, rq, x, m, noWait)
+		t1, err := lk.ancestorsFree(ctx, rq, x, m, noWait || rq.try)
 		if err != nil {
 			return fail(err)
 		}
@@ -592,16 +619,13 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 			// Some bit is taken: undo the notifications, and look at the
 			// ancestors again (they may have been occupied meanwhile).
 			lk.post(func(b *rdma.Batch) { lk.notifyOps(b, hn.notified, m.dcnt()) })
-			if noWait {
+			if noWait || rq.try {
 				return fail(errBusy)
 			}
 			if starving.IsZero() {
 				starving = t0
 			} else if lk.cfg.LeafPatience > 0 && x > 1 && t0.Sub(starving) > lk.cfg.LeafPatience {
 				return fail(errStarved)
-			}
-			if rq.try && t0.Sub(starving) > lk.cfg.TryPatience {
-				return fail(errBusy)
 			}
 			if err := lk.sleep(ctx); err != nil {
 				return fail(err)
@@ -648,7 +672,7 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 		// A writer also waits for the readers occupying x itself: they
 		// passed the bakery turn on while they hold it.
 		if m == Exclusive {
-			if err := lk.waitFor(ctx, rq, x, noWait, func(w rdma.U128) bool { return get(fS, w) == 0 }); err != nil {
+			if err := lk.waitFor(ctx, rq, x, noWait || rq.try, func(w rdma.U128) bool { return get(fS, w) == 0 }); err != nil {
 				lk.abandon(hn, m)
 				return heldNode{}, err
 			}
@@ -810,35 +834,36 @@ func (lk *Locker) waitFor(ctx context.Context, rq *request, x uint64, noWait boo
 		}
 		return nil
 	}
-	return lk.poll(ctx, lk.tree.Addr(x), lk.until(rq), ok)
+	_, err := lk.poll(ctx, lk.tree.Addr(x), lk.until(rq), ok)
+	return err
 }
 
 // passTicket waits for a ticket whose request gave up, and passes the turn
 // on at once (a queued bakery customer cannot leave the queue). Abort
 // stops it: the tree is then rebuilt without the ticket.
 func (lk *Locker) passTicket(x, ticket uint64) {
-	if err := lk.poll(lk.life, lk.tree.Addr(x), time.Time{}, func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
+	if _, err := lk.poll(lk.life, lk.tree.Addr(x), time.Time{}, func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
 		return
 	}
 	lk.post(func(b *rdma.Batch) { b.MaskedFAA128(lk.tree.Addr(x), add(fTCnt, 1), boundary) })
 }
 
-// poll reads a until ok, or answers errBusy once until (if not zero) has
-// passed.
-func (lk *Locker) poll(ctx context.Context, a rdma.Addr, until time.Time, ok func(rdma.U128) bool) error {
+// poll reads a until ok, and returns what it read last; or it answers
+// errBusy once until (if not zero) has passed.
+func (lk *Locker) poll(ctx context.Context, a rdma.Addr, until time.Time, ok func(rdma.U128) bool) (rdma.U128, error) {
 	var buf [NodeSize]byte
 	for {
 		if err := lk.ep.Read(ctx, a, buf[:]); err != nil {
-			return err
+			return rdma.U128{}, err
 		}
-		if ok(word(buf[:])) {
-			return nil
+		if w := word(buf[:]); ok(w) {
+			return w, nil
 		}
 		if !until.IsZero() && time.Now().After(until) {
-			return errBusy
+			return rdma.U128{}, errBusy
 		}
 		if err := lk.sleep(ctx); err != nil {
-			return err
+			return rdma.U128{}, err
 		}
 	}
 }
