@@ -17,13 +17,13 @@ import (
 // config is the memory node's configuration: built-in defaults, then the
 // YAML file (-config), then flags given on the command line.
 type config struct {
-	Listen            string        `yaml:"listen"`
-	Entries           uint64        `yaml:"entries"`
-	Eras              uint64        `yaml:"eras"`
+	Listen  string `yaml:"listen"`
+	Entries uint64 `yaml:"entries"`
+	Eras    uint64 `yaml:"eras"`
 	// RangeTrees is the pool of range-lock trees (LOCK.RANGE.*): one per
 	// range-lock name in use through any proxy, 1.4 MB each. 0: no range
 	// locks on this memory node.
-	RangeTrees int `yaml:"range_trees"`
+	RangeTrees        int           `yaml:"range_trees"`
 	MaxNodes          int           `yaml:"max_nodes"`
 	MaxNodesPerHost   int           `yaml:"max_nodes_per_host"` // memnode.Config.MaxNodesPerHost
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
