@@ -97,6 +97,10 @@ type rangeName struct {
 	gone bool
 	// repairing: a repair request is on its way (rdma.RangeRepair).
 	repairing bool
+	// round is the round of the last repair step taken (rounded, as the
+	// probes carry it); rounds tells whether there was one.
+	round  uint8
+	rounds bool
 }
 
 // ranges are the proxy's range locks.
@@ -562,17 +566,38 @@ func (m *Map) rangeAskRepair(rn *rangeName, cause error) {
 // rangeProbe answers the memory node's probes of a repair of one of d's
 // trees (rdma.RangeProbe): freeze, put back what is held, resume.
 func (m *Map) rangeProbe(d *Domain, entry uint64) rdma.Hold {
-	step, tree, _ := rdma.ParseRangeProbe(entry)
-	m.rng.mu.Lock()
-	rn := m.rng.byTree[rangeTreeKey{d, tree}]
-	pending := m.rng.binding[d] > 0
-	m.rng.mu.Unlock()
-	if rn == nil {
-		if pending {
-			// The tree may be one a bind on its way names: ask again.
+	step, round, tree, _ := rdma.ParseRangeProbe(entry)
+	var rn *rangeName
+	for wait := 0; ; wait++ {
+		m.rng.mu.Lock()
+		rn = m.rng.byTree[rangeTreeKey{d, tree}]
+		pending := m.rng.binding[d] > 0
+		m.rng.mu.Unlock()
+		if rn != nil {
+			break
+		}
+		if !pending {
+			return rdma.HoldNone // nothing of ours on it
+		}
+		if wait == 20 {
+			// The tree may be one a bind on its way names (its reply
+			// came in before this probe, and is being recorded): ask
+			// again.
 			return rdma.HoldActive
 		}
-		return rdma.HoldNone // nothing of ours on it
+		time.Sleep(time.Millisecond)
+	}
+	rn.mu.Lock()
+	stale := rn.rounds && rdma.RangeRoundBefore(round, rn.round)
+	if !stale && step == rdma.RangeFreeze {
+		rn.round, rn.rounds = round, true
+	}
+	stale = stale || (step != rdma.RangeFreeze && (!rn.rounds || round != rn.round))
+	rn.mu.Unlock()
+	if stale {
+		// A step of a round that is over, handled late (its probe timed
+		// out); or a step of a round this node never froze for.
+		return rdma.HoldActive
 	}
 	switch step {
 	case rdma.RangeFreeze:

@@ -52,7 +52,8 @@ type rangeBinding struct {
 	asked, repaired uint64
 	// repairing: a repair is under way; binds wait (RangeBusy).
 	repairing bool
-	worker    bool // a goroutine runs repair for this binding
+	worker    bool  // a goroutine runs repair for this binding
+	round     uint8 // the current repair's round (rdma.RangeProbeEntry)
 }
 
 func (b *rangeBinding) needsRepair() bool { return len(b.dead) > 0 || b.asked != b.repaired }
@@ -264,14 +265,15 @@ func (p *rangePool) repair(b *rangeBinding) {
 		p.mu.Unlock()
 		sort.Slice(live, func(i, j int) bool { return live[i] < live[j] })
 
-		if !p.step(live, rdma.RangeFreeze, b.tree) || p.anyDead(live) {
+		b.round++
+		if !p.step(live, rdma.RangeFreeze, b) || p.anyDead(live) {
 			if !s.sleep(retry) {
 				return
 			}
 			continue
 		}
 		p.zero(b.tree)
-		if !p.step(live, rdma.RangeReapply, b.tree) || p.anyDead(live) {
+		if !p.step(live, rdma.RangeReapply, b) || p.anyDead(live) {
 			// Whoever died after the freeze may have put its spans back or
 			// not; the next round waits for its horizon and starts over.
 			if !s.sleep(retry) {
@@ -291,7 +293,7 @@ func (p *rangePool) repair(b *rangeBinding) {
 		// Every live user must hear it may go on; one that cannot be
 		// reached stays frozen until it can, or dies.
 		for _, id := range live {
-			for !p.step([]rdma.NodeID{id}, rdma.RangeResume, b.tree) && s.Admit(id) == nil {
+			for !p.step([]rdma.NodeID{id}, rdma.RangeResume, b) && s.Admit(id) == nil {
 				if !s.sleep(retry) {
 					return
 				}
@@ -300,9 +302,10 @@ func (p *rangePool) repair(b *rangeBinding) {
 	}
 }
 
-// step asks every member of ids to take one step of a repair of tree. A
-// member that died counts as done: the caller checks for deaths.
-func (p *rangePool) step(ids []rdma.NodeID, step uint8, tree uint64) bool {
+// step asks every member of ids to take one step of the current round of
+// a repair of b's tree. A member that died counts as done: the caller
+// checks for deaths. Only b's worker changes b.round.
+func (p *rangePool) step(ids []rdma.NodeID, step uint8, b *rangeBinding) bool {
 	s := p.s
 	s.mu.Lock()
 	prober := s.prober
@@ -315,7 +318,7 @@ func (p *rangePool) step(ids []rdma.NodeID, step uint8, tree uint64) bool {
 			return false
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ProbeTimeout)
-		h, err := prober.Probe(ctx, id, rdma.RangeProbeEntry(step, tree))
+		h, err := prober.Probe(ctx, id, rdma.RangeProbeEntry(step, b.round, b.tree))
 		cancel()
 		if err != nil && s.Admit(id) == nil {
 			s.log.Info("range repair: member did not answer", zap.Uint16("node", uint16(id)), zap.Uint8("step", step), zap.Error(err))

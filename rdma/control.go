@@ -321,8 +321,8 @@ type RangeHost interface {
 
 // A repair of a tree reaches its users through the recovery probe
 // (Prober.Probe), with an entry no lock entry can have: RangeProbe set, the
-// step in bits 48-55, the tree below. Every user answers each step, in
-// order, before the memory node goes on:
+// repair's round in bits 56-62, the step in bits 48-55, the tree below.
+// Every user answers each step, in order, before the memory node goes on:
 //
 //   - RangeFreeze: stop every verb on the tree (acquires in flight give up
 //     and wait; releases of held spans are only recorded), and answer once
@@ -333,25 +333,38 @@ type RangeHost interface {
 //
 // A user answers HoldNone when the step is done (or it has nothing on the
 // tree) and HoldActive when it cannot do it yet (a bind still on its way);
-// the memory node then asks again.
+// the memory node then asks again. Each attempt at a repair is a new
+// round: a user ignores a step of a round older than the last freeze it
+// saw, which a probe that timed out and was handled late could be.
 const (
 	RangeProbe = uint64(1) << 63
 
 	RangeFreeze  = 1
 	RangeReapply = 2
 	RangeResume  = 3
+
+	// RangeRounds is how many rounds the entry tells apart.
+	RangeRounds = 128
 )
 
-// RangeProbeEntry encodes a step of a repair of tree as a probe's entry.
-func RangeProbeEntry(step uint8, tree uint64) uint64 {
-	return RangeProbe | uint64(step)<<48 | tree&(1<<48-1)
+// RangeProbeEntry encodes a step of a round of a repair of tree as a
+// probe's entry.
+func RangeProbeEntry(step uint8, round uint8, tree uint64) uint64 {
+	return RangeProbe | uint64(round%RangeRounds)<<56 | uint64(step)<<48 | tree&(1<<48-1)
 }
 
 // ParseRangeProbe decodes an entry RangeProbeEntry made; ok is false for a
 // probe about a lock entry.
-func ParseRangeProbe(entry uint64) (step uint8, tree uint64, ok bool) {
+func ParseRangeProbe(entry uint64) (step, round uint8, tree uint64, ok bool) {
 	if entry&RangeProbe == 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return uint8(entry >> 48), entry & (1<<48 - 1), true
+	return uint8(entry >> 48), uint8(entry>>56) % RangeRounds, entry & (1<<48 - 1), true
+}
+
+// RangeRoundBefore reports whether round a comes before round b, for
+// rounds less than RangeRounds/2 apart.
+func RangeRoundBefore(a, b uint8) bool {
+	d := (b - a) % RangeRounds
+	return d != 0 && d < RangeRounds/2
 }

@@ -160,7 +160,7 @@ func NewClient(ep rdma.Endpoint, cfg Config) *Client {
 // handler SetRangeProbe installed. A node without one has no range tree to
 // speak of.
 func (c *Client) probe(entry uint64) rdma.Hold {
-	if _, _, ok := rdma.ParseRangeProbe(entry); ok {
+	if _, _, _, ok := rdma.ParseRangeProbe(entry); ok {
 		if fn := c.rprobe.Load(); fn != nil {
 			return (*fn)(entry)
 		}
