@@ -349,3 +349,52 @@ func TestRangeFailover(t *testing.T) {
 	}
 	t.Logf("first range grant by the successor %v after the first grant was asked for", took.Round(time.Millisecond))
 }
+
+// TestRangeEmbeddedRestart: a proxy on its embedded memory node, killed -9
+// while a client holds a span and started again on its state directory,
+// grants the span again only once the holder's TTL has run out, and with a
+// larger fence: the restart grace covers range TTLs, and range fences start
+// above every token the previous run handed out.
+func TestRangeEmbeddedRestart(t *testing.T) {
+	port := testproc.FreePort(t)
+	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-state-dir", t.TempDir()}, testproc.ProxyArgs()...)
+	p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"), args, testproc.ProxyReady)
+	c := client(t, p.Addr)
+	const ttl = 4000
+	sent := time.Now()
+	fa := mustRange(t, c, "vol", 0, 100, "a", "PX", ttl)
+	if fa == 0 {
+		t.Fatal("span refused on an idle proxy")
+	}
+	time.Sleep(time.Second) // beats that the saved state reflects
+	p.Kill()
+	restarted := make(chan error, 1)
+	go func() {
+		q, err := testproc.Launch("proxy-restarted", testproc.Bin(t, "proxy"), args, testproc.ProxyReady, 30*time.Second)
+		if err == nil {
+			t.Cleanup(q.Kill)
+		}
+		restarted <- err
+	}()
+	var fb uint64
+	for fb == 0 {
+		if time.Since(sent) > time.Minute {
+			t.Fatal("the span was never granted after the restart")
+		}
+		f, err := c.Do(ctxT(t, 10*time.Second), "LOCK.RANGE.ACQUIRE", "vol", 0, 100, "b", "PX", ttl, "WAIT", 100).Uint64()
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		fb = f
+	}
+	if got := time.Since(sent); got < ttl*time.Millisecond {
+		t.Fatalf("the restarted proxy granted the span (fence %d) %v after the first grant was asked for, inside its %d ms TTL", fb, got, ttl)
+	}
+	if fb <= fa {
+		t.Fatalf("fence %d after the restart is not above %d from before it", fb, fa)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+}
