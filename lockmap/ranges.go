@@ -138,6 +138,12 @@ type RangeInfo struct {
 	Holders []RangeHolder
 }
 
+// rangePollMax is how far a waiting span's polls back off: clients hold
+// spans for milliseconds, and fixed 2 µs polls by every waiter take the
+// CPU the holders need (on the embedded memory node, where a poll costs
+// no round trip, 32 waiters made a cycle cost 6 ms of CPU).
+const rangePollMax = 200 * time.Microsecond
+
 // rangeTryBind is how long a try (WAIT 0) waits for its name's tree while
 // a repair of it is under way: the repair itself takes a few round trips.
 const rangeTryBind = 250 * time.Millisecond
@@ -394,6 +400,7 @@ func maxRangeTrees(d *Domain) uint64 {
 func (m *Map) rangeLockerFor(rn *rangeName) *rangelock.Locker {
 	return rangelock.New(rn.dom.Client.Endpoint(), rangeGeometry(rn.tree), rangelock.Config{
 		FastPath:    true,
+		PollMax:     rangePollMax,
 		OnUncertain: func(err error) { m.rangeAskRepair(rn, err) },
 	})
 }

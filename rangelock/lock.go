@@ -34,6 +34,13 @@ type Config struct {
 	Drift float64
 	// Poll is the interval between reads while waiting (default 2 µs).
 	Poll time.Duration
+	// PollMax, if above Poll, lets a wait back off: the interval doubles
+	// after every read that finds the wait not over, up to PollMax. The
+	// paper polls at a fixed interval (the default, PollMax = Poll), which
+	// suits microsecond waits; a proxy's clients hold spans for
+	// milliseconds, and on the in-process fabric a fixed 2 µs poll by every
+	// waiter only burns the CPU the holders need.
+	PollMax time.Duration
 	// FastPath takes CITRON's second fast path (§3.8): an exclusive
 	// request on a node whose children are leaves also sets every bit of
 	// those leaves, in the same batch as it occupies the node. If all four
@@ -87,6 +94,9 @@ func (c *Config) defaults() {
 	}
 	if c.TryPatience <= 0 {
 		c.TryPatience = 5 * c.Wait
+	}
+	if c.PollMax < c.Poll {
+		c.PollMax = c.Poll
 	}
 }
 
@@ -519,6 +529,7 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 	leaf := t.Leaf(x)
 	turn := false          // we hold x's bakery turn and must pass it on
 	var starving time.Time // a leaf's first failed masked CAS
+	var leafPace time.Duration
 	fail := func(err error) (heldNode, error) {
 		if turn {
 			lk.post(func(b *rdma.Batch) { b.MaskedFAA128(t.Addr(x), add(fTCnt, 1), boundary) })
@@ -627,7 +638,7 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 			} else if lk.cfg.LeafPatience > 0 && x > 1 && t0.Sub(starving) > lk.cfg.LeafPatience {
 				return fail(errStarved)
 			}
-			if err := lk.sleep(ctx); err != nil {
+			if err := lk.pace(ctx, &leafPace); err != nil {
 				return fail(err)
 			}
 			continue
@@ -761,6 +772,7 @@ func (lk *Locker) descendantsDone(ctx context.Context, rq *request, x uint64, m 
 	t := lk.tree
 	lo, hi := x, x
 	until := lk.until(rq)
+	var pace time.Duration
 	for lvl := 0; lvl < lk.cfg.M && !t.Leaf(lo); lvl++ {
 		// the nodes lo..hi are one contiguous block of their level
 		n := hi - lo + 1
@@ -780,7 +792,7 @@ func (lk *Locker) descendantsDone(ctx context.Context, rq *request, x uint64, m 
 			if !until.IsZero() && time.Now().After(until) {
 				return errBusy
 			}
-			if err := lk.sleep(ctx); err != nil {
+			if err := lk.pace(ctx, &pace); err != nil {
 				return err
 			}
 		}
@@ -852,6 +864,7 @@ func (lk *Locker) passTicket(x, ticket uint64) {
 // errBusy once until (if not zero) has passed.
 func (lk *Locker) poll(ctx context.Context, a rdma.Addr, until time.Time, ok func(rdma.U128) bool) (rdma.U128, error) {
 	var buf [NodeSize]byte
+	var pace time.Duration
 	for {
 		if err := lk.ep.Read(ctx, a, buf[:]); err != nil {
 			return rdma.U128{}, err
@@ -862,10 +875,20 @@ func (lk *Locker) poll(ctx context.Context, a rdma.Addr, until time.Time, ok fun
 		if !until.IsZero() && time.Now().After(until) {
 			return rdma.U128{}, errBusy
 		}
-		if err := lk.sleep(ctx); err != nil {
+		if err := lk.pace(ctx, &pace); err != nil {
 			return rdma.U128{}, err
 		}
 	}
+}
+
+// pace sleeps *d (Poll the first time) and doubles it, up to PollMax.
+func (lk *Locker) pace(ctx context.Context, d *time.Duration) error {
+	if *d < lk.cfg.Poll {
+		*d = lk.cfg.Poll
+	}
+	err := lk.sleepUntil(ctx, time.Now().Add(*d))
+	*d = min(2**d, lk.cfg.PollMax)
+	return err
 }
 
 func (lk *Locker) sleep(ctx context.Context) error {
