@@ -3,6 +3,9 @@ package itest
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -397,4 +400,60 @@ func TestRangeEmbeddedRestart(t *testing.T) {
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRangeFalseConflictsAsDocumented: every example of docs/compatibility.md's
+// table of CITRON's false conflicts holds on the real proxy: the held span
+// is granted, and a try of the asked span is refused exactly where the
+// table says the two conflict.
+func TestRangeFalseConflictsAsDocumented(t *testing.T) {
+	raw, err := os.ReadFile("../docs/compatibility.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	i, j := strings.Index(doc, "<!-- BEGIN range-conflicts -->"), strings.Index(doc, "<!-- END range-conflicts -->")
+	if i < 0 || j < i {
+		t.Fatal("docs/compatibility.md has no table of range-lock conflicts")
+	}
+	row := regexp.MustCompile("(?m)^\\| \\d+ \\| \\d+ \\| `(\\d+) (\\d+)( SHARED)?` \\| `(\\d+) (\\d+)( SHARED)?` \\| (no|\\*\\*yes\\*\\*) \\|")
+	rows := row.FindAllStringSubmatch(doc[i:j], -1)
+	if len(rows) < 10 {
+		t.Fatalf("only %d examples in the table", len(rows))
+	}
+	check := func(t *testing.T, c *redis.Client) {
+		for k, r := range rows {
+			name := fmt.Sprintf("fc-%d", k)
+			opts := func(shared string) []any {
+				if shared != "" {
+					return []any{"SHARED", "PX", 30000, "WAIT", 0}
+				}
+				return []any{"PX", 30000, "WAIT", 0}
+			}
+			hl, hr, al, ar := atou(t, r[1]), atou(t, r[2]), atou(t, r[4]), atou(t, r[5])
+			if mustRange(t, c, name, hl, hr, "held", opts(r[3])...) == 0 {
+				t.Fatalf("%s: the held span was refused on an idle name", r[0])
+			}
+			granted := mustRange(t, c, name, al, ar, "asked", opts(r[6])...) != 0
+			if want := r[7] == "no"; granted != want {
+				t.Fatalf("%s: the asked span was granted: %v", r[0], granted)
+			}
+			rangeRelease(t, c, name, hl, hr, "held")
+			rangeRelease(t, c, name, al, ar, "asked")
+		}
+	}
+	t.Run("embedded", func(t *testing.T) { check(t, client(t, testproc.Proxy(t).Addr)) })
+	t.Run("memnode", func(t *testing.T) {
+		_, ps := cluster(t, 1)
+		check(t, client(t, ps[0].Addr))
+	})
+}
+
+func atou(t *testing.T, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
