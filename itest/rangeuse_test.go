@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,4 +457,34 @@ func atou(t *testing.T, s string) uint64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestRangeDrain: a proxy told to stop while a client holds a span waits
+// for the span as it does for a lock: it leaves only once the span is
+// released, and refuses new spans meanwhile.
+func TestRangeDrain(t *testing.T) {
+	p := testproc.Proxy(t)
+	c := client(t, p.Addr)
+	if mustRange(t, c, "vol", 0, 100, "h", "PX", 60000) == 0 {
+		t.Fatal("span refused on an idle proxy")
+	}
+	p.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.Output(), "shutting down") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no shutdown line:\n%s", p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := rangeAcquire(t, c, "vol", 200, 300, "x", "PX", 1000); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		t.Fatalf("a new span while draining: %v; want TRYAGAIN", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if p.Exited() {
+		t.Fatal("the proxy left while a client still held a span through it")
+	}
+	if n := rangeRelease(t, c, "vol", 0, 100, "h"); n != 1 {
+		t.Fatalf("release while draining: %d", n)
+	}
+	waitExit(t, p, 30*time.Second)
 }

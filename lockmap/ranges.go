@@ -765,6 +765,23 @@ func (m *Map) rangeForget(old *Domain) (lost int) {
 	return lost
 }
 
+// RangeCount is the number of spans held through this proxy.
+func (m *Map) RangeCount() int {
+	m.rng.mu.Lock()
+	rns := make([]*rangeName, 0, len(m.rng.names))
+	for _, rn := range m.rng.names {
+		rns = append(rns, rn)
+	}
+	m.rng.mu.Unlock()
+	n := 0
+	for _, rn := range rns {
+		rn.mu.Lock()
+		n += len(rn.holds)
+		rn.mu.Unlock()
+	}
+	return n
+}
+
 // RangeLookup describes key's range lock and the spans held here.
 func (m *Map) RangeLookup(key string) (RangeInfo, error) {
 	di, _ := Locate(key, m.entries)
