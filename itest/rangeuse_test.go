@@ -166,10 +166,24 @@ func TestRangeTryGrantsWhenFree(t *testing.T) {
 
 // TestRangeLocksAcrossProxies: two proxies on one memnode process share
 // range locks: a span held through one excludes overlapping spans through
-// the other, and is granted there once released, with a larger fence.
+// the other, and is granted there once released, with a larger fence. With
+// and without a fabric secret: the bind goes over the same authenticated
+// member connection as the verbs.
 func TestRangeLocksAcrossProxies(t *testing.T) {
-	_, ps := cluster(t, 2)
-	a, b := client(t, ps[0].Addr), client(t, ps[1].Addr)
+	t.Run("open", func(t *testing.T) {
+		_, ps := cluster(t, 2)
+		rangeAcrossProxies(t, client(t, ps[0].Addr), client(t, ps[1].Addr))
+	})
+	t.Run("secret", func(t *testing.T) {
+		secret := writeFabricSecret(t)
+		mn := testproc.Memnode(t, "-entries", "4096", "-fabric-secret-file", secret)
+		pa := testproc.Proxy(t, "-memnode", mn.Addr, "-fabric-secret-file", secret)
+		pb := testproc.Proxy(t, "-memnode", mn.Addr, "-fabric-secret-file", secret)
+		rangeAcrossProxies(t, client(t, pa.Addr), client(t, pb.Addr))
+	})
+}
+
+func rangeAcrossProxies(t *testing.T, a, b *redis.Client) {
 	fa := mustRange(t, a, "ledger", 0, 100, "a", "PX", 30000)
 	if fa == 0 {
 		t.Fatal("a span on a memnode process was refused")
