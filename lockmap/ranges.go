@@ -344,8 +344,11 @@ func hasRanges(l rdma.Layout) bool {
 }
 
 // rangeBind asks the memory node for rn's tree, and publishes the answer.
+// The call is not cancelled with the client that asked (a bind the memory
+// node counted but this proxy gave up on would hold a tree until the
+// membership ends); the fabric bounds it.
 func (m *Map) rangeBind(ctx context.Context, rc rdma.RangeControl, rn *rangeName) {
-	rep, err := rc.Range(ctx, rdma.RangeRequest{Op: rdma.RangeBind, Name: rn.digest})
+	rep, err := rc.Range(context.WithoutCancel(ctx), rdma.RangeRequest{Op: rdma.RangeBind, Name: rn.digest})
 	m.rng.mu.Lock()
 	defer m.rng.mu.Unlock()
 	if m.rng.binding[rn.dom]--; m.rng.binding[rn.dom] == 0 {
