@@ -331,3 +331,51 @@ func TestRepairKeepsSpansApart(t *testing.T) {
 		t.Fatalf("a rebuilt tree, all released: %v", err)
 	}
 }
+
+// lossyEndpoint applies every verb but reports the post number failAt as
+// failed, as a connection that breaks after the memory node executed a
+// batch and before its reply came back would.
+type lossyEndpoint struct {
+	rdma.Endpoint
+	posts, failAt atomic.Int32
+}
+
+func (e *lossyEndpoint) Post(ctx context.Context, b *rdma.Batch) error {
+	err := e.Endpoint.Post(ctx, b)
+	if e.posts.Add(1) == e.failAt.Load() {
+		return fmt.Errorf("%w: reply lost", rdma.ErrUnreachable)
+	}
+	return err
+}
+
+// TestUncertainVerbIsReported: a verb that changes the tree and fails with
+// its outcome unknown is reported (Config.OnUncertain), since the tree may
+// now hold what nobody will undo: here a node occupied by a request that
+// answered an error. A repair with nothing held brings the tree back to
+// rest.
+func TestUncertainVerbIsReported(t *testing.T) {
+	tree, host, fab := testTree(t, 3)
+	ep, _ := fab.Join("a")
+	lossy := &lossyEndpoint{Endpoint: ep}
+	var reported atomic.Int32
+	lk := rangelock.New(lossy, tree, rangelock.Config{OnUncertain: func(error) { reported.Add(1) }})
+	// [100, 900) takes an internal node: its second post occupies it.
+	lossy.failAt.Store(2)
+	if _, err := lk.Acquire(context.Background(), 100, 900, rangelock.Exclusive); err == nil {
+		t.Fatal("an acquire whose occupying batch failed succeeded")
+	}
+	if reported.Load() == 0 {
+		t.Fatal("a tree-changing verb with an unknown outcome was not reported")
+	}
+	mem := host.Region(rdma.RegionRanges)
+	if err := rangelock.TreeBalanced(tree, mem); err == nil {
+		t.Fatal("the lost reply left the tree at rest: the test did not lose a tree-changing verb")
+	}
+	_ = mem.Write(16, make([]byte, tree.Bytes()-16))
+	if err := rangelock.TreeBalanced(tree, mem); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rangelock.New(ep, tree, rangelock.Config{}).TryAcquire(context.Background(), 100, 900, rangelock.Exclusive); err != nil {
+		t.Fatalf("after the repair: %v", err)
+	}
+}
