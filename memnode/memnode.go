@@ -222,7 +222,14 @@ func New(cfg Config) *Server {
 		done:    make(chan struct{}),
 	}
 	if cfg.RangeBytes > 0 {
-		s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", (cfg.RangeBytes+15)/16*16)
+		// Mapped outside the heap: the pool is large and mostly untouched,
+		// and in the heap it would raise the collector's goal by its size.
+		size := (cfg.RangeBytes + 15) / 16 * 16
+		var err error
+		if s.ranges, err = rdma.NewMappedMemory(rdma.RegionRanges, "ranges", size); err != nil {
+			s.log.Warn("range trees in the heap", zap.Error(err))
+			s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", size)
+		}
 		s.rng = newRangePool(s, cfg.RangeTreeBytes, cfg.RangeBytes)
 	}
 	if cfg.RelBase != 0 {
