@@ -109,7 +109,10 @@ bench-micro: lockbench memnode
 # Range locks, CITRON FAST '23 §4.2: CITRON (package rangelock) against
 # static segmentation over DSLR, range sizes 1/16/256 and mixed, on the
 # model fabric with and without a memory-node verb budget, 3 rounds,
-# about 5 minutes. Results go to docs/benchmarks.md ("## Range locks").
+# about 5 minutes; then the same workloads through real proxy processes
+# (LOCK.RANGE.* over RESP) on a memnode process and on the embedded memory
+# node (cmd/rangebench), 3 rounds, about 3 minutes. Results go to
+# docs/benchmarks.md ("## Range locks" and "## Range locks through the proxy").
 # The model's sensitivity to the two parameters the ShiftLock paper does
 # not state, a Send's latency and a client's own time per operation:
 # issue 15's Zipf targets at each point (ShiftLock's three variants against

@@ -70,6 +70,12 @@ type Config struct {
 	// state directory. Default 8; negative: no embedded proxy.
 	Embedded int
 
+	// RangeClients lock spans of RangeNames range-lock names ("range:k")
+	// through the proxies (rangeclients.go), with a range keeper among them
+	// when there are keepers; the embedded proxy gets two of its own on
+	// names of its own ("erange:k"). Defaults 6 and 3; negative: none.
+	RangeClients, RangeNames int
+
 	// Plant makes one client record a critical section it never locked, to
 	// show that the checker catches a double grant.
 	Plant bool
@@ -97,10 +103,12 @@ var HAFaultKinds = []string{
 type Result struct {
 	Ops           int // acquire requests
 	Granted, Busy int
-	Errors        int            // refused with an error (proxy restarting, TRYAGAIN, timeouts during faults)
-	Stuck         int            // requests that outlived the documented bound while their proxy was healthy
-	Faults        map[string]int // injected, by kind
-	Violations    []Violation
+	// RangeOps and RangeGranted count the range-lock acquires among them.
+	RangeOps, RangeGranted int
+	Errors                 int            // refused with an error (proxy restarting, TRYAGAIN, timeouts during faults)
+	Stuck                  int            // requests that outlived the documented bound while their proxy was healthy
+	Faults                 map[string]int // injected, by kind
+	Violations             []Violation
 	// Lapsed counts extends and releases of a lock past its TTL that the
 	// proxy answered as done (each one a broken guarantee).
 	Lapsed        int
@@ -150,6 +158,12 @@ func (c *Config) defaults() {
 	}
 	if c.Embedded == 0 {
 		c.Embedded = 8
+	}
+	if c.RangeClients == 0 {
+		c.RangeClients = 6
+	}
+	if c.RangeNames <= 0 {
+		c.RangeNames = 3
 	}
 	if c.DeadAfter == 0 {
 		c.DeadAfter = time.Second
@@ -225,6 +239,7 @@ type campaign struct {
 
 	ops, granted, busy, errs, stuck atomic.Int64
 	lapsed                          atomic.Int64
+	rangeOps, rangeGranted          atomic.Int64
 	maxAnswer                       atomic.Int64
 	faults                          map[string]int
 	errKinds                        map[string]int
@@ -291,7 +306,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	clients := make([]*redis.Client, cfg.Proxies)
 	for i, pp := range topo.proxies {
-		clients[i] = pool(pp, cfg.Clients/cfg.Proxies+max(cfg.ConstKeys, 0)+max(cfg.Lapsers, 0)+4)
+		clients[i] = pool(pp, cfg.Clients/cfg.Proxies+max(cfg.ConstKeys, 0)+max(cfg.Lapsers, 0)+max(cfg.RangeClients, 0)/cfg.Proxies+6)
 		defer clients[i].Close()
 	}
 	zipf := keydist.NewZipf(uint64(cfg.Keys), cfg.Zipf)
@@ -315,8 +330,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.lapser(runCtx, w, clients[w%cfg.Proxies], w%cfg.Proxies) }()
 	}
+	for w := 0; w < cfg.RangeClients+min(max(cfg.Keepers, 0), 1); w++ {
+		if cfg.RangeClients <= 0 {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lane{rc: clients[w%cfg.Proxies], proxy: w % cfg.Proxies, prefix: "range:", keeper: w >= cfg.RangeClients}
+			c.rangeClient(runCtx, w, l, cfg.RangeNames)
+		}()
+	}
 	if e := topo.embedded; e != nil {
-		ec := pool(e, cfg.Embedded+4)
+		ec := pool(e, cfg.Embedded+8)
 		defer ec.Close()
 		ekeys := max(cfg.Keys/2, 2)
 		ezipf := keydist.NewZipf(uint64(ekeys), cfg.Zipf)
@@ -327,6 +353,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				l := lane{rc: ec, proxy: cfg.Proxies, prefix: "emb:", keys: ekeys, keeper: id == cfg.Embedded}
 				c.client(runCtx, 10000+id, l, ezipf, &held[cfg.Proxies], &heldKeys)
 			}(w)
+		}
+		for w := 0; cfg.RangeClients > 0 && w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := lane{rc: ec, proxy: cfg.Proxies, prefix: "erange:"}
+				c.rangeClient(runCtx, 100+w, l, 2)
+			}()
 		}
 	}
 	if cfg.Plant {
@@ -345,6 +379,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	c.mu.Unlock()
 	res := Result{
 		Ops: int(c.ops.Load()), Granted: int(c.granted.Load()), Busy: int(c.busy.Load()),
+		RangeOps: int(c.rangeOps.Load()), RangeGranted: int(c.rangeGranted.Load()),
 		Errors: int(c.errs.Load()), Stuck: int(c.stuck.Load()), Faults: c.faults,
 		Violations: Check(hist), Lapsed: int(c.lapsed.Load()), RecoveryBound: cfg.recoveryBound(), RequestBound: cfg.requestBound(),
 		Elapsed: elapsed, MaxAnswer: time.Duration(c.maxAnswer.Load()), ErrorKinds: c.errKinds,
@@ -455,13 +490,20 @@ func (c *campaign) answered(ctx context.Context, proxy int, name, key string, se
 	return true
 }
 
-// rogue records critical sections without taking the lock: the planted
-// double grant the checker must find.
+// rogue records critical sections without taking the lock, of a key and of
+// spans: the planted double grants the checker must find.
 func (c *campaign) rogue(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
 		start := time.Now()
 		sleep(ctx, 5*time.Millisecond)
 		c.record(Op{Client: "rogue", Key: "chaos:0", Fence: 1, Sent: start, Granted: start, Released: time.Now(), TTL: c.cfg.TTL})
+		if c.cfg.RangeClients > 0 {
+			// And a span of every range-lock name's space, for as long.
+			for k := 0; k < c.cfg.RangeNames; k++ {
+				c.record(Op{Client: "rogue", Key: "range:" + strconv.Itoa(k), Span: true, L: 0, R: rangeSpace, Fence: 1,
+					Sent: start, Granted: start, Released: time.Now(), TTL: c.cfg.TTL})
+			}
+		}
 		sleep(ctx, 200*time.Millisecond)
 	}
 }

@@ -108,10 +108,17 @@ func TestPlantedDoubleGrantIsCaught(t *testing.T) {
 	if len(res.Violations) == 0 {
 		t.Fatal("the planted double grant went unnoticed")
 	}
+	spans := 0
 	for _, v := range res.Violations {
 		if v.A.Client != "rogue" && v.B.Client != "rogue" {
 			t.Fatalf("a violation not involving the planted client: %v", v)
 		}
+		if v.A.Span {
+			spans++
+		}
+	}
+	if spans == 0 {
+		t.Fatal("the planted spans went unnoticed")
 	}
 	t.Logf("%d violations, all involving the planted client; first: %v", len(res.Violations), res.Violations[0])
 }

@@ -6,6 +6,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -15,7 +16,11 @@ type Op struct {
 	Client string
 	Key    string
 	Shared bool
-	Fence  uint64 // 0: the grant carried none (SET NX); fences are never 0
+	// Span marks a range lock's span [L, R) of the name Key
+	// (LOCK.RANGE.ACQUIRE); a lock without one is the whole key.
+	Span  bool
+	L, R  uint64
+	Fence uint64 // 0: the grant carried none (SET NX); fences are never 0
 	// Sent is when the acquire was sent. The client counts its TTL from
 	// here (it cannot know when the proxy granted), as Redis clients do.
 	Sent time.Time
@@ -38,14 +43,28 @@ func (o Op) Until() time.Time {
 	return end
 }
 
-func (o Op) conflicts(p Op) bool { return !(o.Shared && p.Shared) }
+// conflicts reports whether two locks of one key exclude each other: not
+// both shared, and, for spans, overlapping.
+func (o Op) conflicts(p Op) bool {
+	if o.Shared && p.Shared {
+		return false
+	}
+	if o.Span && p.Span {
+		return o.L < p.R && p.L < o.R
+	}
+	return true
+}
 
 func (o Op) String() string {
 	mode := "exclusive"
 	if o.Shared {
 		mode = "shared"
 	}
-	return fmt.Sprintf("%s %s %s fence %d held %s..%s", o.Client, o.Key, mode, o.Fence,
+	key := o.Key
+	if o.Span {
+		key = fmt.Sprintf("%s [%d,%d)", o.Key, o.L, o.R)
+	}
+	return fmt.Sprintf("%s %s %s fence %d held %s..%s", o.Client, key, mode, o.Fence,
 		o.Granted.Format("15:04:05.000000"), o.Until().Format("15:04:05.000000"))
 }
 
@@ -65,6 +84,9 @@ func (v Violation) String() string { return fmt.Sprintf("%s: %v | %v", v.Kind, v
 //   - fence: two conflicting holders where one's window ended before the
 //     other was granted, yet the later one's fence is not larger. Fences must
 //     order conflicting grants as real time does.
+//
+// For range locks, conflicting means overlapping spans of one name, not
+// both shared.
 func Check(ops []Op) []Violation {
 	byKey := map[string][]Op{}
 	for _, o := range ops {
@@ -74,16 +96,73 @@ func Check(ops []Op) []Violation {
 	}
 	var out []Violation
 	for _, os := range byKey {
-		out = append(out, checkKey(os)...)
+		if os[0].Span {
+			out = append(out, checkSpans(os)...)
+		} else {
+			out = append(out, checkKey(os)...)
+		}
 	}
 	return out
 }
 
-func checkKey(ops []Op) []Violation {
+// checkSpans is checkKey for the spans of one range-lock name. Overlaps
+// are swept as for keys, with conflicts looking at the spans. Fences are
+// checked unit by unit, on the elementary intervals between every span's
+// ends: before each grant, every window that ended earlier has raised the
+// largest fence seen on each interval it covered, in any mode and
+// exclusive; the grant must beat them on every interval of its span.
+func checkSpans(ops []Op) []Violation {
+	out := overlaps(ops)
+	var ends []uint64
+	for _, o := range ops {
+		ends = append(ends, o.L, o.R)
+	}
+	slices.Sort(ends)
+	ends = slices.Compact(ends)
+	cell := func(u uint64) int { return sort.Search(len(ends), func(i int) bool { return ends[i] >= u }) }
+	type best struct {
+		any, excl       Op
+		haveAny, haveEx bool
+	}
+	cells := make([]best, len(ends))
+	byEnd := append([]Op(nil), ops...)
+	sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].Until().Before(byEnd[j].Until()) })
+	e := 0
+	for _, o := range ops {
+		for e < len(byEnd) && !byEnd[e].Until().After(o.Granted) {
+			p := byEnd[e]
+			e++
+			for i := cell(p.L); i < cell(p.R); i++ {
+				c := &cells[i]
+				if !c.haveAny || p.Fence > c.any.Fence {
+					c.any, c.haveAny = p, true
+				}
+				if !p.Shared && (!c.haveEx || p.Fence > c.excl.Fence) {
+					c.excl, c.haveEx = p, true
+				}
+			}
+		}
+		for i := cell(o.L); i < cell(o.R); i++ {
+			c := &cells[i]
+			if !o.Shared && c.haveAny && o.Fence <= c.any.Fence {
+				out = append(out, Violation{"fence", c.any, o})
+				break
+			}
+			if o.Shared && c.haveEx && o.Fence <= c.excl.Fence {
+				out = append(out, Violation{"fence", c.excl, o})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// overlaps sorts ops by grant and sweeps them in that order, keeping the
+// windows still open: a conflicting one still open at a grant is an
+// overlap.
+func overlaps(ops []Op) []Violation {
 	var out []Violation
 	sort.Slice(ops, func(i, j int) bool { return ops[i].Granted.Before(ops[j].Granted) })
-
-	// Overlaps: sweep in grant order, keeping the windows still open.
 	var open []Op
 	for _, o := range ops {
 		kept := open[:0]
@@ -97,6 +176,11 @@ func checkKey(ops []Op) []Violation {
 		}
 		open = append(kept, o)
 	}
+	return out
+}
+
+func checkKey(ops []Op) []Violation {
+	out := overlaps(ops)
 
 	// Fences: walk grants in order; before each, fold in every window that
 	// ended before it, remembering the largest fence of any mode and the

@@ -36,6 +36,13 @@ func Report(cfg Config, r Result) string {
 	if cfg.Lapsers > 0 {
 		more = append(more, fmt.Sprintf("%d clients that let %v locks lapse, then extend and release them with their token", cfg.Lapsers, lapseTTL))
 	}
+	if cfg.RangeClients > 0 {
+		rk := ""
+		if cfg.Keepers > 0 {
+			rk = fmt.Sprintf(" and a range keeper (exclusive spans held %v-%v with TTL %v)", cfg.TTL, cfg.TTL*9/5, cfg.keeperTTL())
+		}
+		more = append(more, fmt.Sprintf("%d range-lock clients on %d names (spans of 16 units to the whole tree, %.0f%% shared, a quarter of them tries with WAIT 0)%s, and 2 more on the embedded proxy", cfg.RangeClients, cfg.RangeNames, rangeShared*100, rk))
+	}
 	if cfg.Embedded > 0 {
 		more = append(more, fmt.Sprintf("a proxy on its embedded memory node (a state directory, kill -9 and restart) with %d clients and a keeper on keys of its own", cfg.Embedded))
 	}
@@ -49,6 +56,9 @@ func Report(cfg Config, r Result) string {
 	w("| measure | value |\n|---|---|\n")
 	w("| acquire requests | %d |\n", r.Ops)
 	w("| granted / busy (nil after WAIT) / refused with an error | %d / %d / %d |\n", r.Granted, r.Busy, r.Errors)
+	if r.RangeOps > 0 {
+		w("| of which range-lock spans (LOCK.RANGE.ACQUIRE): asked / granted | %d / %d |\n", r.RangeOps, r.RangeGranted)
+	}
 	var kinds []string
 	total := 0
 	for k, n := range r.Faults {
@@ -65,7 +75,7 @@ func Report(cfg Config, r Result) string {
 		w("| errors by kind | %s |\n", strings.Join(ek, "; "))
 	}
 	w("| faults injected | %d (%s) |\n", total, strings.Join(kinds, ", "))
-	w("| **violations** (overlapping conflicting holders, or fences out of order) | **%d** |\n", len(r.Violations))
+	w("| **violations** (overlapping conflicting holders, of a key or of overlapping spans of a name; or fences out of order) | **%d** |\n", len(r.Violations))
 	w("| **lapsed locks extended or released** (a lock past its TTL answered as still held) | **%d** |\n", r.Lapsed)
 	w("| **stuck requests** (no answer within WAIT + 2 s = %v from a proxy not under a fault) | **%d** |\n", r.RequestBound, r.Stuck)
 	w("| slowest answer from a healthy proxy | %v |\n", r.MaxAnswer.Round(time.Millisecond))

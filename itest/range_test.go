@@ -91,11 +91,23 @@ func TestRangeLocksRedisCLI(t *testing.T) {
 
 // TestRangeLocksGoRedis: eight go-redis clients lock random spans (a third
 // shared, some spanning the whole space) with Do, and a span is never held
-// in conflicting modes at once; fencing tokens order conflicting grants.
+// in conflicting modes at once; fencing tokens order conflicting grants. On
+// the embedded memory node, and through two proxies on a memnode process.
 func TestRangeLocksGoRedis(t *testing.T) {
-	p := testproc.Proxy(t)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 16, ReadTimeout: 10 * time.Second})
-	defer c.Close()
+	t.Run("embedded", func(t *testing.T) { rangeLocksGoRedis(t, []string{testproc.Proxy(t).Addr}) })
+	t.Run("memnode", func(t *testing.T) {
+		_, ps := cluster(t, 2)
+		rangeLocksGoRedis(t, []string{ps[0].Addr, ps[1].Addr})
+	})
+}
+
+func rangeLocksGoRedis(t *testing.T, addrs []string) {
+	var cs []*redis.Client
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, PoolSize: 16, ReadTimeout: 10 * time.Second})
+		defer c.Close()
+		cs = append(cs, c)
+	}
 	const units = 4096 // within the tree's 4194304: a dense, contended corner
 	var writers, readers [units]atomic.Int32
 	var bad, granted atomic.Int64
@@ -114,6 +126,7 @@ func TestRangeLocksGoRedis(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
+			c := cs[w%len(cs)]
 			r := rand.New(rand.NewPCG(uint64(w), 3))
 			for i := 0; ctx.Err() == nil; i++ {
 				l := r.Uint64N(units)
@@ -185,16 +198,4 @@ func TestRangeLocksGoRedis(t *testing.T) {
 		t.Fatalf("only %d spans granted in 3 s", granted.Load())
 	}
 	t.Logf("%d spans granted", granted.Load())
-}
-
-// TestRangeLocksNeedEmbeddedMemnode: on a memory node process a dead holder
-// would leave its span locked for good (recovery is not built), so the
-// proxy refuses range locks there, saying why.
-func TestRangeLocksNeedEmbeddedMemnode(t *testing.T) {
-	_, ps := cluster(t, 1)
-	c := client(t, ps[0].Addr)
-	err := c.Do(ctxT(t, 5*time.Second), "LOCK.RANGE.ACQUIRE", "k", 0, 10, "t").Err()
-	if err == nil || !strings.Contains(err.Error(), "range locks are not available: they need the embedded memory node") {
-		t.Fatalf("range lock on a memnode process: %v", err)
-	}
 }

@@ -139,8 +139,11 @@ func TestRangeTTLEndsAtItsDeadline(t *testing.T) {
 	// Its deadline passes with the timer still set for an hour: as if the
 	// timer ran late.
 	m.rng.mu.Lock()
-	m.rng.holds["r"][0].deadline = time.Now().Add(-time.Millisecond)
+	rn := m.rng.names["r"]
 	m.rng.mu.Unlock()
+	rn.mu.Lock()
+	rn.holds[0].deadline = time.Now().Add(-time.Millisecond)
+	rn.mu.Unlock()
 	in, err := m.RangeLookup("r")
 	if err != nil || len(in.Holders) != 0 {
 		t.Fatalf("RangeLookup shows a span past its TTL: %+v %v", in.Holders, err)

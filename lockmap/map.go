@@ -337,7 +337,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 	for _, h := range gone {
 		m.exp.remove(h)
 	}
-	lost = len(gone)
+	lost = len(gone) + m.rangeForget(old)
 	m.excl.forget(old)
 	if lost > 0 {
 		m.log.Warn("holds lost with the old membership", zap.String("memnode", d.Name), zap.Int("lost", lost))

@@ -40,6 +40,10 @@ type Config struct {
 	// RangeBytes sizes RegionRanges, where range-lock trees live (package
 	// rangelock); 0 registers no such region.
 	RangeBytes uint64
+	// RangeTreeBytes is the size of one tree: RegionRanges is a pool of
+	// RangeBytes / RangeTreeBytes trees, one per range-lock name in use
+	// (ranges.go). 0: the whole region is one tree.
+	RangeTreeBytes uint64
 	// HeartbeatInterval is how often members heartbeat (default 100ms).
 	HeartbeatInterval time.Duration
 	// DeadAfter is how long a member may stay silent before it is declared
@@ -164,6 +168,7 @@ type Server struct {
 
 	locks, eras, nodes *rdma.Memory
 	ranges             *rdma.Memory // nil without RangeBytes
+	rng                *rangePool   // the trees of ranges, and the names bound to them
 
 	state []atomic.Uint32 // nodeState by NodeID; read on every verb by Admit
 
@@ -195,6 +200,9 @@ type Stats struct {
 	Joins, Leaves, Deaths                      atomic.Uint64
 	JoinsRefusedPerHost                        atomic.Uint64 // MaxNodesPerHost reached
 	Recoveries, RecoveriesStale, RecoveriesRef atomic.Uint64
+	// Range-lock names: binds granted, binds refused because every tree
+	// was bound, and trees repaired after a user died or asked.
+	RangeBinds, RangeFull, RangeRepairs atomic.Uint64
 }
 
 // New creates a memory node and starts its liveness monitor. Close stops it.
@@ -214,7 +222,15 @@ func New(cfg Config) *Server {
 		done:    make(chan struct{}),
 	}
 	if cfg.RangeBytes > 0 {
-		s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", (cfg.RangeBytes+15)/16*16)
+		// Mapped outside the heap: the pool is large and mostly untouched,
+		// and in the heap it would raise the collector's goal by its size.
+		size := (cfg.RangeBytes + 15) / 16 * 16
+		var err error
+		if s.ranges, err = rdma.NewMappedMemory(rdma.RegionRanges, "ranges", size); err != nil {
+			s.log.Warn("range trees in the heap", zap.Error(err))
+			s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", size)
+		}
+		s.rng = newRangePool(s, cfg.RangeTreeBytes, cfg.RangeBytes)
 	}
 	if cfg.RelBase != 0 {
 		var b [8]byte
@@ -440,6 +456,9 @@ func (s *Server) bury(m *member, now time.Time, why string) {
 	putU64(b[:], rdma.SlotDead)
 	_ = s.nodes.Write(rdma.NodeSlotSize*uint64(m.id)+rdma.SlotStatus, b[:])
 	s.tombs = append(s.tombs, tomb{id: m.id, from: m.from, at: now, horizon: m.horizon})
+	if s.rng != nil {
+		s.rng.died(m.id, m.horizon)
+	}
 	s.log.Info("node removed", zap.Uint16("node", uint16(m.id)), zap.String("name", m.name), zap.String("why", why),
 		zap.Duration("horizon_in", time.Until(m.horizon).Round(time.Millisecond)))
 }
@@ -643,15 +662,19 @@ func (s *Server) horizonTarget(now time.Time) uint64 {
 // on a hot key.
 const relScanEvery = 10 * time.Second
 
-// scanRelCnt is the largest RelCnt in the table.
+// scanRelCnt is the largest RelCnt in the table, or fence of a range tree:
+// the next generation starts both above it.
 func (s *Server) scanRelCnt() uint64 {
-	var max uint64
+	var m uint64
 	for off := uint64(8); off < s.cfg.Entries*16; off += 16 {
-		if v, _ := s.locks.Load8(off); v > max {
-			max = v
+		if v, _ := s.locks.Load8(off); v > m {
+			m = v
 		}
 	}
-	return max
+	if s.rng != nil {
+		m = max(m, s.rng.maxFence())
+	}
+	return m
 }
 
 // observe reads m's slot. The sequence is read before the horizon: the node

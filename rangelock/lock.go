@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,13 @@ type Config struct {
 	Drift float64
 	// Poll is the interval between reads while waiting (default 2 µs).
 	Poll time.Duration
+	// PollMax, if above Poll, lets a wait back off: the interval doubles
+	// after every read that finds the wait not over, up to PollMax. The
+	// paper polls at a fixed interval (the default, PollMax = Poll), which
+	// suits microsecond waits; a proxy's clients hold spans for
+	// milliseconds, and on the in-process fabric a fixed 2 µs poll by every
+	// waiter only burns the CPU the holders need.
+	PollMax time.Duration
 	// FastPath takes CITRON's second fast path (§3.8): an exclusive
 	// request on a node whose children are leaves also sets every bit of
 	// those leaves, in the same batch as it occupies the node. If all four
@@ -53,6 +61,17 @@ type Config struct {
 	// grant and an atomic every request makes on the same address, which a
 	// comparison with the paper's protocol must leave out.
 	NoToken bool
+	// TryPatience is how long a try (TryAcquire) waits for another request
+	// before it answers ErrBusy (default 5 × Wait). A request that is only
+	// on its way through the protocol, not holding, is out of the way
+	// within a T_wait and a few round trips; one that holds a span is not.
+	TryPatience time.Duration
+	// OnUncertain, if set, is told when a verb that changes the tree
+	// failed in a way that leaves its outcome unknown (a timeout or a
+	// broken connection: it may have been applied). The tree may then hold
+	// something nobody will undo; the caller has it repaired (the memory
+	// node rebuilds it from what its users hold, rdma.RangeRepair).
+	OnUncertain func(error)
 	// Unsafe, for tests only, breaks the protocol in the named way so that
 	// the checker can be seen to catch it: "no-descendant-wait" skips step
 	// 2(d)'s wait for requests below an internal node; "fast-path-no-check"
@@ -73,10 +92,24 @@ func (c *Config) defaults() {
 	if c.Poll <= 0 {
 		c.Poll = 2 * time.Microsecond
 	}
+	if c.TryPatience <= 0 {
+		c.TryPatience = 5 * c.Wait
+	}
+	if c.PollMax < c.Poll {
+		c.PollMax = c.Poll
+	}
 }
 
-// ErrOutOfRange: the span is empty or leaves the tree.
-var ErrOutOfRange = errors.New("rangelock: span empty or outside the tree")
+// Errors of acquisitions.
+var (
+	// ErrOutOfRange: the span is empty or leaves the tree.
+	ErrOutOfRange = errors.New("rangelock: span empty or outside the tree")
+	// ErrBusy: a try found a conflicting span held, or queued ahead of it.
+	ErrBusy = errors.New("rangelock: span busy")
+	// ErrAborted: the Locker was aborted (Abort) while the request was in
+	// flight, or before it started; nothing of it stays in the tree.
+	ErrAborted = errors.New("rangelock: locker aborted")
+)
 
 // Locker takes range locks on one tree through one endpoint.
 type Locker struct {
@@ -84,7 +117,51 @@ type Locker struct {
 	tree Tree
 	cfg  Config
 
+	// life ends with Abort; every wait of every request watches it.
+	life context.Context
+	kill context.CancelFunc
+	gate gate
+
 	aborts, backoffs, fastPaths, promotions atomic.Uint64
+}
+
+// gate counts a Locker's requests and background work, so that Abort can
+// wait until none of them will post a verb again.
+type gate struct {
+	mu      sync.Mutex
+	n       int
+	aborted bool
+	idle    sync.Cond // signalled when n drops to 0
+}
+
+func (g *gate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.aborted {
+		return false
+	}
+	g.n++
+	return true
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n--; g.n == 0 && g.idle.L != nil {
+		g.idle.Broadcast()
+	}
+}
+
+// wait returns once nothing is in the gate.
+func (g *gate) wait() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.idle.L == nil {
+		g.idle.L = &g.mu
+	}
+	for g.n > 0 {
+		g.idle.Wait()
+	}
 }
 
 // Stats are the Locker's counts of retries.
@@ -111,7 +188,53 @@ func (lk *Locker) Stats() Stats {
 // New returns a Locker for tree on ep.
 func New(ep rdma.Endpoint, tree Tree, cfg Config) *Locker {
 	cfg.defaults()
-	return &Locker{ep: ep, tree: tree, cfg: cfg}
+	lk := &Locker{ep: ep, tree: tree, cfg: cfg}
+	lk.life, lk.kill = context.WithCancel(context.Background())
+	return lk
+}
+
+// Tree is the tree the Locker locks spans of.
+func (lk *Locker) Tree() Tree { return lk.tree }
+
+// Abort ends the Locker: requests in flight give up (ErrAborted) and undo
+// what they did, background work stops, and later requests fail at once.
+// It returns when none of them will post a verb again. Spans already held
+// stay held, and are released as usual. A memory node repairing the tree
+// has each user abort its Locker before it zeroes the nodes (the cancelled
+// requests' tickets and notifications are then simply gone).
+func (lk *Locker) Abort() {
+	lk.gate.mu.Lock()
+	lk.gate.aborted = true
+	lk.gate.mu.Unlock()
+	lk.kill()
+	lk.gate.wait()
+}
+
+// Idle reports whether no request of the Locker is in flight and none of
+// its background work (passing on the bakery turn of a request that gave
+// up) is left: it will post no verb unless asked to. A user must not let
+// go of a tree before its Locker is idle.
+func (lk *Locker) Idle() bool {
+	lk.gate.mu.Lock()
+	defer lk.gate.mu.Unlock()
+	return lk.gate.n == 0
+}
+
+// WaitIdle returns once the Locker is idle (it may be busy again by then,
+// if someone asked it for something meanwhile).
+func (lk *Locker) WaitIdle() { lk.gate.wait() }
+
+// settled is the context for a verb that changes the tree: it runs to its
+// end whatever happens to the request, since a verb cancelled on its way
+// may still be applied, and the request must know what it holds to undo
+// it.
+func settled(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// uncertain reports a tree-changing verb whose outcome is unknown.
+func (lk *Locker) uncertain(err error) {
+	if err != nil && lk.cfg.OnUncertain != nil {
+		lk.cfg.OnUncertain(err)
+	}
 }
 
 // Mode is how a span is held.
@@ -194,20 +317,58 @@ func (h *Held) Mode() Mode { return h.mode }
 // holds its first node never waits for its second: if the second is not
 // free at once, it lets go of everything, backs off and starts over.
 func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, error) {
+	return lk.acquire(ctx, l, r, m, false)
+}
+
+// TryAcquire is Acquire that does not wait for other holders: it answers
+// ErrBusy when a conflicting span is held, or a conflicting request is
+// queued ahead of it (a waiting writer keeps new readers of its node out,
+// as it would a waiting Acquire). It does wait for what the protocol
+// itself takes, T_wait on an internal node, and for requests that are only
+// passing through, up to Config.TryPatience. Nothing conflicting held or
+// queued: it grants.
+func (lk *Locker) TryAcquire(ctx context.Context, l, r uint64, m Mode) (*Held, error) {
+	return lk.acquire(ctx, l, r, m, true)
+}
+
+// maxTryRounds bounds how often a try starts over after a round that took
+// longer than T_wait (inequation 1): that is slowness, not a conflict, so
+// a few rounds are allowed before the try gives up.
+const maxTryRounds = 8
+
+func (lk *Locker) acquire(ctx context.Context, l, r uint64, m Mode, try bool) (*Held, error) {
 	if l >= r || r > lk.tree.Units() {
 		return nil, fmt.Errorf("%w: [%d, %d) in [0, %d)", ErrOutOfRange, l, r, lk.tree.Units())
 	}
+	if !lk.gate.enter() {
+		return nil, ErrAborted
+	}
+	defer lk.gate.leave()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(lk.life, cancel)()
+	h, err := lk.acquireNodes(ctx, l, r, m, try)
+	if err != nil && lk.life.Err() != nil {
+		err = ErrAborted
+	}
+	return h, err
+}
+
+func (lk *Locker) acquireNodes(ctx context.Context, l, r uint64, m Mode, try bool) (*Held, error) {
 	nodes := lk.tree.Split(l, r)
 	if m == Shared {
 		nodes = lk.tree.SplitShared(l, r)
 	}
+	rq := &request{try: try}
 	for attempt := 0; ; attempt++ {
 		h := &Held{lk: lk, l: l, r: r, mode: m}
 		var err error
 		failed := 0
 		for i, x := range nodes {
 			var hn heldNode
-			hn, err = lk.lockNode(ctx, x, l, r, m, i > 0)
+			// A try waits for its second node as for its first, only up
+			// to its patience: it cannot close a cycle for longer.
+			hn, err = lk.lockNode(ctx, rq, x, l, r, m, i > 0 && !try)
 			if err != nil {
 				failed = i
 				break
@@ -228,7 +389,7 @@ func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, erro
 		}
 		if err == nil {
 			var old uint64
-			if old, err = lk.ep.FAA(ctx, lk.tree.fenceAddr(), 1); err == nil {
+			if old, err = lk.ep.FAA(settled(ctx), lk.tree.fenceAddr(), 1); err == nil {
 				h.token = old + 1
 				return h, nil
 			}
@@ -239,12 +400,31 @@ func (lk *Locker) Acquire(ctx context.Context, l, r uint64, m Mode) (*Held, erro
 		if !errors.Is(err, errBusy) {
 			return nil, err
 		}
+		if try {
+			// Another attempt would queue again behind what it met.
+			return nil, ErrBusy
+		}
 		lk.backoffs.Add(1)
 		d := lk.cfg.Wait / 4 * time.Duration(1+min(attempt, 8))
 		if err := lk.sleepUntil(ctx, time.Now().Add(time.Duration(rand.Int64N(int64(d)+1)))); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// request is what one acquisition carries through its nodes.
+type request struct {
+	try    bool
+	rounds int // rounds started over (inequation 1)
+}
+
+// until is the deadline of a wait for another request: none for a request
+// that may wait, TryPatience from now for a try.
+func (lk *Locker) until(rq *request) time.Time {
+	if !rq.try {
+		return time.Time{}
+	}
+	return time.Now().Add(lk.cfg.TryPatience)
 }
 
 // errBusy: a request that may not wait found its node taken.
@@ -264,10 +444,40 @@ func (h *Held) Release(ctx context.Context) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := h.lk.ep.Post(ctx, &b); err != nil {
-		return err
+	err := h.lk.ep.Post(settled(ctx), &b)
+	if err == nil {
+		err = b.FirstErr()
 	}
-	return b.FirstErr()
+	h.lk.uncertain(err)
+	return err
+}
+
+// Reapply adds to b what the lock put in its tree: the state a repair of
+// a zeroed tree must get back for the lock to be released as usual later.
+// An internal node a writer holds has its bakery turn taken and not yet
+// passed (TMax one ahead of TCnt) and X set; one readers hold has S
+// readers and their turns passed; a leaf has its bits; every notified
+// ancestor has one more notification of the lock's mode; the fast path's
+// leaves below are full.
+func (h *Held) Reapply(b *rdma.Batch) {
+	t := h.lk.tree
+	for _, hn := range h.nodes {
+		switch {
+		case t.Leaf(hn.x):
+			mask := rdma.U64(t.leafMask(hn.x, h.l, h.r))
+			b.MaskedCAS128(t.Addr(hn.x), rdma.U128{}, mask, mask, mask)
+		case h.mode == Shared:
+			b.MaskedFAA128(t.Addr(hn.x), add(fS, 1).Add(add(fTMax, 1)).Add(add(fTCnt, 1)), boundary)
+		default:
+			b.MaskedFAA128(t.Addr(hn.x), add(fX, 1).Add(add(fTMax, 1)), boundary)
+		}
+		h.lk.notifyOps(b, hn.notified, h.mode.dmax())
+		if hn.kids {
+			for i := uint64(0); i < 4; i++ {
+				b.MaskedCAS128(t.Addr(child(hn.x, i)), rdma.U128{}, leafFull, leafFull, leafFull)
+			}
+		}
+	}
 }
 
 // unlockOps releases node hn: a leaf's bits; a writer's X and its bakery
@@ -313,12 +523,13 @@ func (lk *Locker) notifyOps(b *rdma.Batch, as []uint64, f rdma.Field) {
 
 // lockNode is Algorithm 2's LOCKNODE, repeated until ACQUIRED, for a
 // request of mode m. With noWait it answers errBusy instead of waiting for
-// another request.
-func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait bool) (heldNode, error) {
+// another request; a try waits for one only up to its patience.
+func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m Mode, noWait bool) (heldNode, error) {
 	t := lk.tree
 	leaf := t.Leaf(x)
 	turn := false          // we hold x's bakery turn and must pass it on
 	var starving time.Time // a leaf's first failed masked CAS
+	var leafPace time.Duration
 	fail := func(err error) (heldNode, error) {
 		if turn {
 			lk.post(func(b *rdma.Batch) { b.MaskedFAA128(t.Addr(x), add(fTCnt, 1), boundary) })
@@ -329,19 +540,30 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 	// to reach it. Readers pass the turn on as soon as they occupy the
 	// node, so readers at one node hold it together; a writer keeps it.
 	if !leaf {
-		old, err := lk.ep.MaskedFAA128(ctx, t.Addr(x), add(fTMax, 1), boundary)
+		old, err := lk.ep.MaskedFAA128(settled(ctx), t.Addr(x), add(fTMax, 1), boundary)
 		if err != nil {
+			lk.uncertain(err) // a ticket may have been taken that nobody will pass on
 			return heldNode{}, err
 		}
 		ticket := get(fTMax, old)
 		if noWait && get(fTCnt, old) != ticket {
-			go lk.passTicket(x, ticket)
+			lk.background(func() { lk.passTicket(x, ticket) })
 			return heldNode{}, errBusy
 		}
-		if err := lk.poll(ctx, t.Addr(x), func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
+		turnCame := func(w rdma.U128) bool { return get(fTCnt, w) == ticket }
+		if rq.try {
+			// A try gives up at once on a conflicting occupant, and waits a
+			// little for a request ahead that has not occupied the node yet.
+			turnCame = func(w rdma.U128) bool { return get(fTCnt, w) == ticket || m.blockedBy(w) }
+		}
+		w, err := lk.poll(ctx, t.Addr(x), lk.until(rq), turnCame)
+		if err == nil && get(fTCnt, w) != ticket {
+			err = errBusy // a try that met a conflicting occupant
+		}
+		if err != nil {
 			// The ticket is ours whatever happens: pass it on when its
 			// turn comes, so the queue behind it moves.
-			go lk.passTicket(x, ticket)
+			lk.background(func() { lk.passTicket(x, ticket) })
 			return heldNode{}, err
 		}
 		turn = true
@@ -351,7 +573,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 		// t1 is when the read that found them free was posted: no
 		// ancestor's holder that occupies it later can have started its
 		// wait before it.
-		t1, err := lk.ancestorsFree(ctx, x, m, noWait)
+		t1, err := lk.ancestorsFree(ctx, rq, x, m, noWait || rq.try)
 		if err != nil {
 			return fail(err)
 		}
@@ -377,10 +599,11 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 				b.MaskedCAS128(t.Addr(child(x, i)), rdma.U128{}, leafFull, leafFull, leafFull)
 			}
 		}
-		if err = lk.ep.Post(ctx, &b); err == nil {
+		if err = lk.ep.Post(settled(ctx), &b); err == nil {
 			err = b.FirstErr()
 		}
 		if err != nil {
+			lk.uncertain(err)
 			return fail(err)
 		}
 		if fast {
@@ -407,7 +630,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 			// Some bit is taken: undo the notifications, and look at the
 			// ancestors again (they may have been occupied meanwhile).
 			lk.post(func(b *rdma.Batch) { lk.notifyOps(b, hn.notified, m.dcnt()) })
-			if noWait {
+			if noWait || rq.try {
 				return fail(errBusy)
 			}
 			if starving.IsZero() {
@@ -415,7 +638,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 			} else if lk.cfg.LeafPatience > 0 && x > 1 && t0.Sub(starving) > lk.cfg.LeafPatience {
 				return fail(errStarved)
 			}
-			if err := lk.sleep(ctx); err != nil {
+			if err := lk.pace(ctx, &leafPace); err != nil {
 				return fail(err)
 			}
 			continue
@@ -424,6 +647,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 		// occupied must have notified by now, or it aborts (inequation 1).
 		if t0.Sub(t1) > time.Duration(float64(lk.cfg.Wait)*(1-lk.cfg.Drift)) {
 			lk.aborts.Add(1)
+			rq.rounds++
 			lk.post(func(b *rdma.Batch) {
 				switch {
 				case leaf:
@@ -438,9 +662,12 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 					lk.kidsOps(b, x, allKids)
 				}
 			})
+			if rq.try && rq.rounds >= maxTryRounds {
+				return fail(errBusy)
+			}
 			if m == Shared && !leaf {
 				// The turn went with S; a reader starts over at (a).
-				return lk.lockNode(ctx, x, l, r, m, noWait)
+				return lk.lockNode(ctx, rq, x, l, r, m, noWait)
 			}
 			if err := lk.sleep(ctx); err != nil {
 				return fail(err)
@@ -456,7 +683,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 		// A writer also waits for the readers occupying x itself: they
 		// passed the bakery turn on while they hold it.
 		if m == Exclusive {
-			if err := lk.waitFor(ctx, x, noWait, func(w rdma.U128) bool { return get(fS, w) == 0 }); err != nil {
+			if err := lk.waitFor(ctx, rq, x, noWait || rq.try, func(w rdma.U128) bool { return get(fS, w) == 0 }); err != nil {
 				lk.abandon(hn, m)
 				return heldNode{}, err
 			}
@@ -469,7 +696,7 @@ func (lk *Locker) lockNode(ctx context.Context, x, l, r uint64, m Mode, noWait b
 				lk.abandon(hn, m)
 				return heldNode{}, err
 			}
-			if err := lk.descendantsDone(ctx, x, m); err != nil {
+			if err := lk.descendantsDone(ctx, rq, x, m); err != nil {
 				lk.abandon(hn, m)
 				return heldNode{}, err
 			}
@@ -499,7 +726,7 @@ func (lk *Locker) notifyTargets(x uint64) []uint64 {
 // none occupied in a way that conflicts with m, with the time that batch was
 // posted. While one is, it waits for the lowest such to clear, and looks
 // again.
-func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, m Mode, noWait bool) (time.Time, error) {
+func (lk *Locker) ancestorsFree(ctx context.Context, rq *request, x uint64, m Mode, noWait bool) (time.Time, error) {
 	t := lk.tree
 	var anc []uint64
 	for a := x; a > 1; {
@@ -532,7 +759,7 @@ func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, m Mode, noWait bo
 		if busy == 0 {
 			return posted, nil
 		}
-		if err := lk.waitFor(ctx, busy, noWait, func(w rdma.U128) bool { return !m.blockedBy(w) }); err != nil {
+		if err := lk.waitFor(ctx, rq, busy, noWait, func(w rdma.U128) bool { return !m.blockedBy(w) }); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -541,9 +768,11 @@ func (lk *Locker) ancestorsFree(ctx context.Context, x uint64, m Mode, noWait bo
 // descendantsDone waits until x and its internal descendants within M
 // levels have no notification outstanding from a request that conflicts
 // with m: writers for a reader, everyone for a writer.
-func (lk *Locker) descendantsDone(ctx context.Context, x uint64, m Mode) error {
+func (lk *Locker) descendantsDone(ctx context.Context, rq *request, x uint64, m Mode) error {
 	t := lk.tree
 	lo, hi := x, x
+	until := lk.until(rq)
+	var pace time.Duration
 	for lvl := 0; lvl < lk.cfg.M && !t.Leaf(lo); lvl++ {
 		// the nodes lo..hi are one contiguous block of their level
 		n := hi - lo + 1
@@ -560,7 +789,10 @@ func (lk *Locker) descendantsDone(ctx context.Context, x uint64, m Mode) error {
 			if done {
 				break
 			}
-			if err := lk.sleep(ctx); err != nil {
+			if !until.IsZero() && time.Now().After(until) {
+				return errBusy
+			}
+			if err := lk.pace(ctx, &pace); err != nil {
 				return err
 			}
 		}
@@ -581,12 +813,29 @@ func (lk *Locker) post(fill func(*rdma.Batch)) {
 	var b rdma.Batch
 	fill(&b)
 	if b.Len() > 0 {
-		_ = lk.ep.Post(context.Background(), &b)
+		err := lk.ep.Post(context.Background(), &b)
+		if err == nil {
+			err = b.FirstErr()
+		}
+		lk.uncertain(err)
 	}
 }
 
-// waitFor polls node x until ok, or answers errBusy at once with noWait.
-func (lk *Locker) waitFor(ctx context.Context, x uint64, noWait bool, ok func(rdma.U128) bool) error {
+// background runs f on a goroutine of its own, counted by the gate: Abort
+// waits for it, and stops its waits.
+func (lk *Locker) background(f func()) {
+	if !lk.gate.enter() {
+		return
+	}
+	go func() {
+		defer lk.gate.leave()
+		f()
+	}()
+}
+
+// waitFor polls node x until ok, or answers errBusy at once with noWait
+// (after its patience, for a try).
+func (lk *Locker) waitFor(ctx context.Context, rq *request, x uint64, noWait bool, ok func(rdma.U128) bool) error {
 	if noWait {
 		var buf [NodeSize]byte
 		if err := lk.ep.Read(ctx, lk.tree.Addr(x), buf[:]); err != nil {
@@ -597,32 +846,49 @@ func (lk *Locker) waitFor(ctx context.Context, x uint64, noWait bool, ok func(rd
 		}
 		return nil
 	}
-	return lk.poll(ctx, lk.tree.Addr(x), ok)
+	_, err := lk.poll(ctx, lk.tree.Addr(x), lk.until(rq), ok)
+	return err
 }
 
-// passTicket waits for a ticket whose request was cancelled, and passes the
-// turn on at once (a queued bakery customer cannot leave the queue).
+// passTicket waits for a ticket whose request gave up, and passes the turn
+// on at once (a queued bakery customer cannot leave the queue). Abort
+// stops it: the tree is then rebuilt without the ticket.
 func (lk *Locker) passTicket(x, ticket uint64) {
-	ctx := context.Background()
-	if err := lk.poll(ctx, lk.tree.Addr(x), func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
+	if _, err := lk.poll(lk.life, lk.tree.Addr(x), time.Time{}, func(w rdma.U128) bool { return get(fTCnt, w) == ticket }); err != nil {
 		return
 	}
 	lk.post(func(b *rdma.Batch) { b.MaskedFAA128(lk.tree.Addr(x), add(fTCnt, 1), boundary) })
 }
 
-func (lk *Locker) poll(ctx context.Context, a rdma.Addr, ok func(rdma.U128) bool) error {
+// poll reads a until ok, and returns what it read last; or it answers
+// errBusy once until (if not zero) has passed.
+func (lk *Locker) poll(ctx context.Context, a rdma.Addr, until time.Time, ok func(rdma.U128) bool) (rdma.U128, error) {
 	var buf [NodeSize]byte
+	var pace time.Duration
 	for {
 		if err := lk.ep.Read(ctx, a, buf[:]); err != nil {
-			return err
+			return rdma.U128{}, err
 		}
-		if ok(word(buf[:])) {
-			return nil
+		if w := word(buf[:]); ok(w) {
+			return w, nil
 		}
-		if err := lk.sleep(ctx); err != nil {
-			return err
+		if !until.IsZero() && time.Now().After(until) {
+			return rdma.U128{}, errBusy
+		}
+		if err := lk.pace(ctx, &pace); err != nil {
+			return rdma.U128{}, err
 		}
 	}
+}
+
+// pace sleeps *d (Poll the first time) and doubles it, up to PollMax.
+func (lk *Locker) pace(ctx context.Context, d *time.Duration) error {
+	if *d < lk.cfg.Poll {
+		*d = lk.cfg.Poll
+	}
+	err := lk.sleepUntil(ctx, time.Now().Add(*d))
+	*d = min(2**d, lk.cfg.PollMax)
+	return err
 }
 
 func (lk *Locker) sleep(ctx context.Context) error {

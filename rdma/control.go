@@ -247,3 +247,124 @@ const ProbeFreeze = time.Second
 // by at least RecoveryLeap/2 past what they expect know the entry was reset
 // and start over. See docs/recovery-design.md for why it is not 2^63.
 const RecoveryLeap = 1 << 40
+
+// Range-lock names (package rangelock through lockmap) are bound to trees
+// of RegionRanges by the memory node: each name that has holders or
+// waiters gets a tree of its own, from a pool the memory node owns, and
+// gives it back when nobody uses it. Binding is a control-path call, made
+// when a proxy starts using a name and when it stops: never on a span's
+// own acquire or release, which stay one-sided.
+
+// RangeOp is what a RangeRequest asks for.
+type RangeOp uint8
+
+const (
+	// RangeBind: the sender starts using the name. The reply names its
+	// tree; the sender holds one reference until its RangeUnbind.
+	RangeBind RangeOp = iota + 1
+	// RangeUnbind: the sender stopped using the name on that tree: it
+	// holds no span of it and has nothing in flight on it.
+	RangeUnbind
+	// RangeRepair: a verb of the sender on the tree failed with an
+	// outcome it cannot know (a timeout, a broken connection). The memory
+	// node rebuilds the tree from what its users hold.
+	RangeRepair
+)
+
+// RangeNameSize is the size of a name as the memory node sees it: a
+// SHA-256 digest of the range lock's key, so that the memory node's
+// bookkeeping is bounded whatever the keys' length.
+const RangeNameSize = 32
+
+// RangeRequest is a range-name control call.
+type RangeRequest struct {
+	Op   RangeOp
+	Name [RangeNameSize]byte
+	// Tree is the tree the name is bound to (RangeUnbind, RangeRepair).
+	Tree uint64
+}
+
+// RangeStatus is the memory node's answer to a RangeRequest.
+type RangeStatus uint8
+
+const (
+	// RangeOK: done; for RangeBind, Tree is the name's tree.
+	RangeOK RangeStatus = iota + 1
+	// RangeFull: every tree is bound to a name in use. Reason says how
+	// many there are; the sender must not wait for one to come free.
+	RangeFull
+	// RangeBusy: the name's tree is being repaired (a user died, or asked
+	// for it); ask again after RetryAfter.
+	RangeBusy
+)
+
+// RangeReply answers a RangeRequest.
+type RangeReply struct {
+	Status     RangeStatus
+	Tree       uint64
+	RetryAfter time.Duration
+	Reason     string
+}
+
+// RangeControl is the control path of range-lock names. A fabric's Control
+// implements it when its memory node serves range locks (memfab and
+// tcpfab do); a lock layer asks with a type assertion.
+type RangeControl interface {
+	Range(ctx context.Context, req RangeRequest) (RangeReply, error)
+}
+
+// RangeHost is the memory-node side of RangeControl: n is the member that
+// asks, as the fabric knows it.
+type RangeHost interface {
+	Range(ctx context.Context, n NodeID, req RangeRequest) (RangeReply, error)
+}
+
+// A repair of a tree reaches its users through the recovery probe
+// (Prober.Probe), with an entry no lock entry can have: RangeProbe set, the
+// repair's round in bits 56-62, the step in bits 48-55, the tree below.
+// Every user answers each step, in order, before the memory node goes on:
+//
+//   - RangeFreeze: stop every verb on the tree (acquires in flight give up
+//     and wait; releases of held spans are only recorded), and answer once
+//     nothing of the node's is still on its way to the tree;
+//   - RangeReapply: post, in one batch, what the node's held spans put in
+//     the tree, which the memory node has just zeroed;
+//   - RangeResume: go on; waiting acquires start over.
+//
+// A user answers HoldNone when the step is done (or it has nothing on the
+// tree) and HoldActive when it cannot do it yet (a bind still on its way);
+// the memory node then asks again. Each attempt at a repair is a new
+// round: a user ignores a step of a round older than the last freeze it
+// saw, which a probe that timed out and was handled late could be.
+const (
+	RangeProbe = uint64(1) << 63
+
+	RangeFreeze  = 1
+	RangeReapply = 2
+	RangeResume  = 3
+
+	// RangeRounds is how many rounds the entry tells apart.
+	RangeRounds = 128
+)
+
+// RangeProbeEntry encodes a step of a round of a repair of tree as a
+// probe's entry.
+func RangeProbeEntry(step uint8, round uint8, tree uint64) uint64 {
+	return RangeProbe | uint64(round%RangeRounds)<<56 | uint64(step)<<48 | tree&(1<<48-1)
+}
+
+// ParseRangeProbe decodes an entry RangeProbeEntry made; ok is false for a
+// probe about a lock entry.
+func ParseRangeProbe(entry uint64) (step, round uint8, tree uint64, ok bool) {
+	if entry&RangeProbe == 0 {
+		return 0, 0, 0, false
+	}
+	return uint8(entry >> 48), uint8(entry>>56) % RangeRounds, entry & (1<<48 - 1), true
+}
+
+// RangeRoundBefore reports whether round a comes before round b, for
+// rounds less than RangeRounds/2 apart.
+func RangeRoundBefore(a, b uint8) bool {
+	d := (b - a) % RangeRounds
+	return d != 0 && d < RangeRounds/2
+}

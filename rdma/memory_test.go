@@ -84,3 +84,24 @@ func TestMemoryMaskedFAANoLostUpdates(t *testing.T) {
 		t.Fatalf("lost updates: cnt=%d rel=%d", cnt.Get(v), rel.Get(v))
 	}
 }
+
+// TestMappedMemory: a mapped region behaves as a heap one.
+func TestMappedMemory(t *testing.T) {
+	m, err := NewMappedMemory(RegionRanges, "ranges", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Size() != 1<<20 {
+		t.Fatalf("size %d", m.Size())
+	}
+	if old, err := m.MaskedFAA64(1<<20-8, 5, 0); err != nil || old != 0 {
+		t.Fatalf("FAA on a fresh mapping: %d %v", old, err)
+	}
+	var b [16]byte
+	if err := m.Read(1<<20-16, b[:]); err != nil || b[8] != 5 {
+		t.Fatalf("read back: %v %v", b, err)
+	}
+	if _, err := NewMappedMemory(RegionRanges, "odd", 24); err == nil {
+		t.Fatal("a size that is not a multiple of 16 was mapped")
+	}
+}

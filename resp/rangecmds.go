@@ -74,7 +74,7 @@ func (s *Server) cmdLockRangeInfo(st *connState, args [][]byte) {
 	w.bulk("memnode")
 	w.bulk(in.Domain)
 	w.bulk("tree")
-	w.int(int64(in.Tree))
+	w.int(in.Tree) // -1: the name has no tree while nobody here uses it
 	w.bulk("units")
 	w.int(int64(in.Units))
 	w.bulk("holders")

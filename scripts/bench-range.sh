@@ -10,9 +10,15 @@
 # overlap) and half the requests shared. 96 clients (CITRON §4.4), a tree
 # of depth 8 (N = 4,194,304 units), 3 rounds, each on a memory node with the model's verb budget and on one without, about 5 minutes.
 #
-# Writes out/bench-range/range.csv (appended) and docs/img/range-*.png, and the "range" section of
-# docs/benchmarks.md (intro: docs/bench/range.md). Knobs: RUNS, DURATION,
-# WARMUP, CLIENTS, WAIT (CITRON's T_wait; see the intro for why not 15 µs).
+# Then the same workloads the way a user takes range locks (cmd/rangebench):
+# LOCK.RANGE.* over RESP through real proxy processes, on a memnode process
+# (one proxy, and two) and on the embedded memory node, RUNS rounds of
+# PROXY_DURATION each, about 3 minutes more.
+#
+# Writes out/bench-range/range.csv (appended) and docs/img/range-*.png, and the "range" and
+# "range-proxy" sections of docs/benchmarks.md (intro: docs/bench/range.md). Knobs: RUNS, DURATION,
+# WARMUP, CLIENTS, WAIT (CITRON's T_wait; see the intro for why not 15 µs),
+# PROXY_CLIENTS, PROXY_DURATION.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,3 +63,9 @@ for r in $(seq 1 "$RUNS"); do
 done
 
 table range citron
+
+# The range-lock path a user takes, through the proxy.
+go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/rangebench || exit 1
+bin/rangebench -proxy-bin bin/proxy -memnode-bin bin/memnode -runs "$RUNS" -clients "${PROXY_CLIENTS:-32}" \
+	-duration "${PROXY_DURATION:-4s}" -doc docs/benchmarks.md || exit 1
+echo "bench-range: wrote docs/benchmarks.md (section range-proxy)"

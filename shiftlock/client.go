@@ -141,6 +141,7 @@ type Client struct {
 	stats  Stats
 	closed atomic.Bool
 	svc    atomic.Pointer[func(rdma.Message) error] // BindService
+	rprobe atomic.Pointer[func(uint64) rdma.Hold]   // SetRangeProbe
 	bg     sync.WaitGroup                           // background completions of abandoned waits
 }
 
@@ -150,9 +151,28 @@ func NewClient(ep rdma.Endpoint, cfg Config) *Client {
 	cfg.defaults()
 	c := &Client{ep: ep, layout: ep.Layout(), cfg: cfg, log: cfg.Logger}
 	ep.Bind(c.deliver)
-	ep.BindProbe(c.holds.probe)
+	ep.BindProbe(c.probe)
 	return c
 }
+
+// probe answers the memory node's probes: about a lock entry from the
+// client's own table, about a range tree (rdma.ParseRangeProbe) from the
+// handler SetRangeProbe installed. A node without one has no range tree to
+// speak of.
+func (c *Client) probe(entry uint64) rdma.Hold {
+	if _, _, _, ok := rdma.ParseRangeProbe(entry); ok {
+		if fn := c.rprobe.Load(); fn != nil {
+			return (*fn)(entry)
+		}
+		return rdma.HoldNone
+	}
+	return c.holds.probe(entry)
+}
+
+// SetRangeProbe installs the handler for the memory node's probes about
+// range trees, which share the node's probe channel with lock entries
+// (package lockmap serves range locks beside ShiftLock's).
+func (c *Client) SetRangeProbe(fn func(entry uint64) rdma.Hold) { c.rprobe.Store(&fn) }
 
 // Endpoint is the client's fabric endpoint.
 func (c *Client) Endpoint() rdma.Endpoint { return c.ep }

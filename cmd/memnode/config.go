@@ -17,9 +17,13 @@ import (
 // config is the memory node's configuration: built-in defaults, then the
 // YAML file (-config), then flags given on the command line.
 type config struct {
-	Listen            string        `yaml:"listen"`
-	Entries           uint64        `yaml:"entries"`
-	Eras              uint64        `yaml:"eras"`
+	Listen  string `yaml:"listen"`
+	Entries uint64 `yaml:"entries"`
+	Eras    uint64 `yaml:"eras"`
+	// RangeTrees is the pool of range-lock trees (LOCK.RANGE.*): one per
+	// range-lock name in use through any proxy, 1.4 MB each. 0: no range
+	// locks on this memory node.
+	RangeTrees        int           `yaml:"range_trees"`
 	MaxNodes          int           `yaml:"max_nodes"`
 	MaxNodesPerHost   int           `yaml:"max_nodes_per_host"` // memnode.Config.MaxNodesPerHost
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -68,11 +72,20 @@ type config struct {
 	CPUProfile string `yaml:"-"`
 }
 
+// DefaultRangeTrees is range_trees' default: 64 names in use at once, in
+// 90 MB of address space. Only the trees in use take memory: a tree's
+// pages are touched by the spans locked in it.
+const DefaultRangeTrees = 64
+
+// MaxRangeTrees bounds range_trees (5.7 GB of trees).
+const MaxRangeTrees = 4096
+
 func defaultConfig() config {
 	return config{
 		Listen:            "127.0.0.1:7300",
 		Entries:           1 << 20,
 		Eras:              64,
+		RangeTrees:        DefaultRangeTrees,
 		MaxNodes:          4096,
 		MaxNodesPerHost:   memnode.DefaultMaxNodesPerHost,
 		HeartbeatInterval: 100 * time.Millisecond,
@@ -96,6 +109,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.Listen, "listen", cfg.Listen, "address to serve verbs on (port 0 picks one; the actual address is printed)")
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries (16 bytes each)")
 	fs.Uint64Var(&f.Eras, "eras", cfg.Eras, "recovery era counters")
+	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees, one per range-lock name in use (1.4 MB each; 0: no range locks)")
 	fs.IntVar(&f.MaxNodes, "max-nodes", cfg.MaxNodes, "largest NodeID (at most 65535)")
 	fs.IntVar(&f.MaxNodesPerHost, "max-nodes-per-host", cfg.MaxNodesPerHost, "node IDs members from one host may hold at once, counting those of recently ended memberships")
 	fs.DurationVar(&f.HeartbeatInterval, "heartbeat", cfg.HeartbeatInterval, "how often members heartbeat")
@@ -134,6 +148,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.Entries = f.Entries
 		case "eras":
 			cfg.Eras = f.Eras
+		case "range-trees":
+			cfg.RangeTrees = f.RangeTrees
 		case "max-nodes":
 			cfg.MaxNodes = f.MaxNodes
 		case "max-nodes-per-host":
@@ -193,6 +209,8 @@ func (c config) validate() error {
 		return errors.New("entries must be positive")
 	case c.Eras == 0:
 		return errors.New("eras must be positive")
+	case c.RangeTrees < 0 || c.RangeTrees > MaxRangeTrees:
+		return fmt.Errorf("range_trees %d is outside 0..%d", c.RangeTrees, MaxRangeTrees)
 	case c.MaxNodes <= 0 || c.MaxNodes > 65535:
 		return fmt.Errorf("max_nodes %d is outside 1..65535", c.MaxNodes)
 	case c.MaxNodesPerHost <= 0:

@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
+	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 )
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		DeadAfter:         cfg.DeadAfter,
 		PaperRecovery:     cfg.PaperRecovery,
+		RangeBytes:        uint64(cfg.RangeTrees) * lockmap.RangeTreeBytes(),
+		RangeTreeBytes:    lockmap.RangeTreeBytes(),
 		Logger:            log,
 	}
 	// Restart logic (docs/reliability.md, "Safety", 6): with a state directory, each start is a

@@ -30,6 +30,7 @@ func TestConfigFileAndFlags(t *testing.T) {
 listen: 0.0.0.0:7400
 entries: 1024
 eras: 8
+range_trees: 3
 max_nodes: 100
 heartbeat_interval: 50ms
 dead_after: 2s
@@ -45,7 +46,7 @@ fabric_secret_file: /etc/shiftlock/fabric.secret
 		t.Fatal(err)
 	}
 	want := config{
-		Listen: "0.0.0.0:7400", Entries: 2048, Eras: 8, MaxNodes: 100,
+		Listen: "0.0.0.0:7400", Entries: 2048, Eras: 8, RangeTrees: 3, MaxNodes: 100,
 		HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 3 * time.Second,
 		MetricsListen: "", LogLevel: "warn", PaperRecovery: true, StateDir: "/var/lib/memnode", RestartGrace: 30 * time.Second, MaxLease: 10 * time.Minute,
 		Shard: "default", EtcdLease: time.Second, FabricSecretFile: "/etc/shiftlock/fabric.secret", MaxNodesPerHost: 64,

@@ -33,6 +33,15 @@ func registry(host *memnode.Server, srv *tcpfab.Server) *prometheus.Registry {
 			"Connections closed because they failed the fabric secret's challenge (the log shows a sample).", srv.Refused),
 		counterFunc("memnode_accept_failures_total",
 			"Accepts that failed and were retried after a pause (out of file descriptors, mostly).", srv.AcceptFailures),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "memnode_range_trees", Help: "Range-lock trees in the pool (range_trees).",
+		}, func() float64 { return float64(host.RangeTrees()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "memnode_range_trees_bound", Help: "Range-lock trees bound to a name in use.",
+		}, func() float64 { return float64(host.RangeBound()) }),
+		counterFunc("memnode_range_binds_total", "Range-lock names bound for a member (its first use of the name).", st.RangeBinds.Load),
+		counterFunc("memnode_range_binds_refused_total", "Range-lock names refused because every tree was bound.", st.RangeFull.Load),
+		counterFunc("memnode_range_repairs_total", "Range-lock trees rebuilt after a user died or asked.", st.RangeRepairs.Load),
 	)
 	recoveries := []struct {
 		result string

@@ -41,7 +41,7 @@ type config struct {
 	// serves no lock until then. Required with the embedded memory node.
 	StateDir string `yaml:"state_dir"`
 	// RangeTrees is how many range-lock trees (LOCK.RANGE.*) the embedded
-	// memory node holds, 1.4 MB each; range-lock names are spread over them.
+	// memory node holds, 1.4 MB each: one per range-lock name in use.
 	RangeTrees int `yaml:"range_trees"`
 	// PeerListen is where other proxies deliver handovers to this one. With
 	// several memnodes, memnode i uses port+i (port 0: any free port).
@@ -172,7 +172,7 @@ func defaultConfig() config {
 	return config{
 		Listen:         "127.0.0.1:6380",
 		Entries:        1 << 20,
-		RangeTrees:     8,
+		RangeTrees:     64,
 		PeerListen:     "127.0.0.1:0",
 		WaitFraction:   0.04,
 		WaitMax:        2 * time.Second,
@@ -242,7 +242,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Var(&shards, "shard", "shard to join through etcd, in placement order (repeat or comma-separate)")
 	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
 	fs.StringVar(&f.StateDir, "state-dir", "", "directory kept across restarts for the embedded memory node's state (required with it)")
-	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node (1.4 MB each; 0: no range locks)")
+	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node, one per range-lock name in use (1.4 MB each; 0: no range locks)")
 	fs.StringVar(&f.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
 	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
 	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")

@@ -201,7 +201,7 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 		// what the next start owes this one: tokens above every token
 		// handed out, and no grant until every lock granted may have run
 		// out (memnode.Open).
-		mcfg, err := memnode.Open(cfg.StateDir, memnode.Config{Entries: cfg.Entries, RangeBytes: uint64(cfg.RangeTrees) * lockmap.RangeTreeBytes(),
+		mcfg, err := memnode.Open(cfg.StateDir, memnode.Config{Entries: cfg.Entries, RangeBytes: uint64(cfg.RangeTrees) * lockmap.RangeTreeBytes(), RangeTreeBytes: lockmap.RangeTreeBytes(),
 			DeadAfter: soloForever, MaxLease: soloForever, Solo: true, Logger: log.Named("memnode")})
 		if err != nil {
 			return nil, nil, err

@@ -197,7 +197,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func drain(srv *resp.Server, lm *lockmap.Map, timeout time.Duration, log *zap.Logger) {
 	srv.Drain()
 	lm.Drain()
-	held, queued := lm.Count(), srv.Blocked()
+	// Spans of range locks count as locks held.
+	held, queued := lm.Count()+lm.RangeCount(), srv.Blocked()
 	if timeout == 0 || (held == 0 && queued == 0) {
 		log.Info("shutting down", zap.Int("locks_held", held), zap.Int64("queued", queued))
 		return
@@ -214,15 +215,15 @@ func drain(srv *resp.Server, lm *lockmap.Map, timeout time.Duration, log *zap.Lo
 	for {
 		select {
 		case <-tick.C:
-			if lm.Count() == 0 && srv.Blocked() == 0 {
+			if lm.Count()+lm.RangeCount() == 0 && srv.Blocked() == 0 {
 				log.Info("drained: no lock held, none queued")
 				return
 			}
 		case <-deadline.C:
-			log.Warn("drain timeout: leaving with locks still held", zap.Int("locks_held", lm.Count()), zap.Int64("queued", srv.Blocked()))
+			log.Warn("drain timeout: leaving with locks still held", zap.Int("locks_held", lm.Count()+lm.RangeCount()), zap.Int64("queued", srv.Blocked()))
 			return
 		case <-again:
-			log.Warn("second signal: leaving with locks still held", zap.Int("locks_held", lm.Count()), zap.Int64("queued", srv.Blocked()))
+			log.Warn("second signal: leaving with locks still held", zap.Int("locks_held", lm.Count()+lm.RangeCount()), zap.Int64("queued", srv.Blocked()))
 			return
 		}
 	}

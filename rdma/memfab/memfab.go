@@ -263,3 +263,19 @@ func (c control) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	c.e.in.In(rdma.VerbControl)
 	return c.e.f.host.Recover(ctx, req)
 }
+
+// Range implements rdma.RangeControl when the host serves range-lock names.
+func (c control) Range(ctx context.Context, req rdma.RangeRequest) (rdma.RangeReply, error) {
+	if c.e.closed.Load() {
+		return rdma.RangeReply{}, rdma.ErrClosed
+	}
+	rh, ok := c.e.f.host.(rdma.RangeHost)
+	if !ok {
+		return rdma.RangeReply{}, fmt.Errorf("%w: the memory node serves no range locks", rdma.ErrBadRequest)
+	}
+	c.e.ctrs.Out(rdma.VerbControl)
+	c.e.in.In(rdma.VerbControl)
+	return rh.Range(ctx, c.e.node, req)
+}
+
+var _ rdma.RangeControl = control{}

@@ -401,6 +401,24 @@ func (c control) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	return rep, err
 }
 
+// Range implements rdma.RangeControl.
+func (c control) Range(ctx context.Context, req rdma.RangeRequest) (rdma.RangeReply, error) {
+	if err := c.e.check(ctx); err != nil {
+		return rdma.RangeReply{}, err
+	}
+	var rep rdma.RangeReply
+	err := c.e.controlCall(ctx, tRange, appendRangeRequest(nil, req), func(p []byte) (err error) {
+		rep, err = decodeRangeReply(p)
+		return err
+	})
+	if err == nil {
+		c.e.ctrs.Out(rdma.VerbControl)
+	}
+	return rep, err
+}
+
+var _ rdma.RangeControl = control{}
+
 // onProbe answers the memory node's probe on a goroutine of its own: the
 // handler is the lock layer's and may take its locks, which must never stall
 // the reader that completes everyone's verbs.

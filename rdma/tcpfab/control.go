@@ -136,6 +136,39 @@ func decodeRecoverReply(p []byte) (rdma.RecoverReply, error) {
 	return r, d.done()
 }
 
+func appendRangeRequest(b []byte, r rdma.RangeRequest) []byte {
+	b = append(b, uint8(r.Op))
+	b = append(b, r.Name[:]...)
+	return binary.LittleEndian.AppendUint64(b, r.Tree)
+}
+
+func decodeRangeRequest(p []byte) (rdma.RangeRequest, error) {
+	d := decoder{b: p}
+	r := rdma.RangeRequest{Op: rdma.RangeOp(d.u8())}
+	copy(r.Name[:], d.take(rdma.RangeNameSize))
+	r.Tree = d.u64()
+	return r, d.done()
+}
+
+func appendRangeReply(b []byte, r rdma.RangeReply) []byte {
+	b = append(b, uint8(r.Status))
+	b = binary.LittleEndian.AppendUint64(b, r.Tree)
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.RetryAfter))
+	return appendStr(b, r.Reason)
+}
+
+func decodeRangeReply(p []byte) (rdma.RangeReply, error) {
+	d := decoder{b: p}
+	r := rdma.RangeReply{Status: rdma.RangeStatus(d.u8()), Tree: d.u64(), RetryAfter: time.Duration(d.u64()), Reason: d.str()}
+	if err := d.done(); err != nil {
+		return rdma.RangeReply{}, err
+	}
+	if r.Status < rdma.RangeOK || r.Status > rdma.RangeBusy {
+		return rdma.RangeReply{}, fmt.Errorf("%w: range status %d", rdma.ErrBadRequest, r.Status)
+	}
+	return r, nil
+}
+
 const sendBodySize = 2 + 2 + 4 + rdma.PayloadSize
 
 // appendSend encodes a Send. The destination travels with it so that a node

@@ -30,6 +30,8 @@ const (
 	tBatch   uint8 = 0x06
 	// tProbeReply answers a server-initiated tProbe, carrying its id.
 	tProbeReply uint8 = 0x07
+	// tRange is a range-lock name's control call (rdma.RangeRequest).
+	tRange uint8 = 0x08
 	// tSend travels only between nodes, on the peer port.
 	tSend uint8 = 0x10
 
@@ -39,6 +41,7 @@ const (
 	tLeaveReply   = tLeave | replyBit
 	tPeersReply   = tPeers | replyBit
 	tRecoverReply = tRecover | replyBit
+	tRangeReply   = tRange | replyBit
 	tVerbReply    = tVerb | replyBit
 	tBatchReply   = tBatch | replyBit
 	// tProbe is the memory node asking a member about an entry.

@@ -178,6 +178,8 @@ const (
 	ctlRecoverReply
 	ctlSend
 	ctlSendAck
+	ctlRangeRequest
+	ctlRangeReply
 	ctlKinds
 )
 
@@ -210,6 +212,8 @@ func FuzzControl(f *testing.F) {
 	add(ctlRecoverReply, appendRecoverReply(nil, rdma.RecoverReply{Status: rdma.RecoverRefused, Era: 2, RetryAfter: time.Second, Reason: "node 4 holds the entry"}))
 	add(ctlSend, appendSend(nil, 1, 2, 0x10203, &rdma.Payload{1, 2, 3}))
 	add(ctlSendAck, appendSendAck(nil, true, rdma.ErrNotReady))
+	add(ctlRangeRequest, appendRangeRequest(nil, rdma.RangeRequest{Op: rdma.RangeBind, Name: [32]byte{1, 2, 3}, Tree: 7}))
+	add(ctlRangeReply, appendRangeReply(nil, rdma.RangeReply{Status: rdma.RangeFull, Tree: 3, RetryAfter: time.Second, Reason: "all 64 range trees"}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -256,6 +260,18 @@ func FuzzControl(f *testing.F) {
 				t.Fatalf("message from %d, frame from %d", m.From, from)
 			}
 			again = appendSend(nil, from, to, m.To, &m.Payload)
+		case ctlRangeRequest:
+			r, err := decodeRangeRequest(body)
+			if err != nil {
+				return
+			}
+			again = appendRangeRequest(nil, r)
+		case ctlRangeReply:
+			r, err := decodeRangeReply(body)
+			if err != nil {
+				return
+			}
+			again = appendRangeReply(nil, r)
 		case ctlSendAck:
 			// Error texts are not canonical (an empty one is rebuilt from
 			// the sentinels), so only decoding is checked.
@@ -277,6 +293,17 @@ func TestControlRoundTrip(t *testing.T) {
 	rr := rdma.RecoverReply{Status: rdma.RecoverDone, Era: 4, RetryAfter: 3 * time.Millisecond, Reason: "x"}
 	if got, err := decodeRecoverReply(appendRecoverReply(nil, rr)); err != nil || got != rr {
 		t.Fatalf("recover reply: %v %+v", err, got)
+	}
+	rq := rdma.RangeRequest{Op: rdma.RangeRepair, Name: [32]byte{9, 8, 7}, Tree: 1 << 40}
+	if got, err := decodeRangeRequest(appendRangeRequest(nil, rq)); err != nil || got != rq {
+		t.Fatalf("range request: %v %+v", err, got)
+	}
+	rp := rdma.RangeReply{Status: rdma.RangeBusy, Tree: 2, RetryAfter: time.Millisecond, Reason: "repairing"}
+	if got, err := decodeRangeReply(appendRangeReply(nil, rp)); err != nil || got != rp {
+		t.Fatalf("range reply: %v %+v", err, got)
+	}
+	if _, err := decodeRangeReply(appendRangeReply(nil, rdma.RangeReply{Status: 9})); err == nil {
+		t.Fatal("range status 9 accepted")
 	}
 	delivered, sendErr, err := decodeSendAck(appendSendAck(nil, true, rdma.ErrNotReady))
 	if err != nil || !delivered || !errors.Is(sendErr, rdma.ErrNotReady) {

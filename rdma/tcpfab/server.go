@@ -353,6 +353,25 @@ func (sc *sconn) handle(h header, body []byte) {
 			}
 			_ = sc.s.flush()
 		}()
+	case tRange:
+		req, err := decodeRangeRequest(body)
+		if err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		rh, ok := host.(rdma.RangeHost)
+		if !ok {
+			sc.replyErr(h.ID, fmt.Errorf("%w: this memory node serves no range locks", rdma.ErrBadRequest))
+			return
+		}
+		host.Counters().In(rdma.VerbControl)
+		// Quick: the pool's bookkeeping under its lock, never a probe.
+		rep, err := rh.Range(sc.ctx, sc.node, req)
+		if err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		sc.reply(tRangeReply, h.ID, func(b []byte) []byte { return appendRangeReply(b, rep) })
 	case tProbeReply:
 		d := decoder{b: body}
 		hold := rdma.Hold(d.u8())
