@@ -77,6 +77,16 @@ func TestRedsyncSuite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			if tc.name == "proxy-memnode" && os.Getenv("SHIFTLOCK_KNOWN_EXTEND_RACE") == "1" {
+				// Besides item 3, this topology hung once in five runs of
+				// make test-clients (on a clean clone, beside the other
+				// suites): 14 tests passed, then none until the suite's
+				// timeout, with rueidis's and go-redis's readers waiting for
+				// replies from the proxies. Which test hung is not known
+				// (the harness now keeps the timeout's list of running
+				// tests). Whoever fixes item 3 runs this variant again.
+				t.Skip("known defect, issue 33 item 3, and an intermittent hang (SHIFTLOCK_KNOWN_EXTEND_RACE=1; unset it to run this variant)")
+			}
 			base := freeBlock(t, 48)
 			s := redsyncSuite(base)
 			dir := prepareRedsync(t, s)

@@ -131,7 +131,7 @@ func (s suite) run(t *testing.T, dir string, env []string, skips []skip) {
 	for _, d := range skips {
 		names = append(names, "^"+regexp.QuoteMeta(d.test)+"$")
 	}
-	args := []string{"-timeout", "15m"}
+	args := []string{"-timeout", "8m"}
 	if len(names) > 0 {
 		args = append(args, "-skip", strings.Join(names, "|"))
 	}
@@ -139,7 +139,7 @@ func (s suite) run(t *testing.T, dir string, env []string, skips []skip) {
 	t.Logf("%s@%s: %d passed, %d failed, %d skipped in %v", s.mod, s.version,
 		res.counts["PASS"], res.counts["FAIL"], res.counts["SKIP"], res.took)
 	if err != nil {
-		t.Fatalf("go test %s: %v; failed: %v\n%s", strings.Join(args, " "), err, res.failed, tail(out, 120))
+		t.Fatalf("go test %s: %v; failed: %v\n%s", strings.Join(args, " "), err, res.failed, digest(out))
 	}
 	if len(skips) == 0 {
 		return
@@ -195,6 +195,16 @@ func goTest(dir string, env, args []string) (result, string, error) {
 	}
 	sort.Strings(res.failed)
 	return res, out.String(), err
+}
+
+// digest is the end of a failed run's output before any goroutine dump
+// (a timeout's panic lists the tests still running just before it), so
+// that the dump does not bury the failure.
+func digest(out string) string {
+	if i := strings.Index(out, "\ngoroutine "); i >= 0 {
+		out = out[:i] + "\n(goroutine dump left out)"
+	}
+	return tail(out, 150)
 }
 
 func tail(s string, n int) string {
