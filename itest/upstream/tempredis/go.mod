@@ -1,0 +1,3 @@
+module github.com/stvp/tempredis
+
+go 1.26.0
