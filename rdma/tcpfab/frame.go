@@ -30,6 +30,10 @@ const (
 	tBatch   uint8 = 0x06
 	// tProbeReply answers a server-initiated tProbe, carrying its id.
 	tProbeReply uint8 = 0x07
+	// tAttach carries another fabric's connection set-up (rdma/verbs:
+	// queue pair numbers, GIDs, remote keys) over this authenticated
+	// control connection; the server hands its body to Server.OnAttach.
+	tAttach uint8 = 0x08
 	// tSend travels only between nodes, on the peer port.
 	tSend uint8 = 0x10
 
@@ -41,6 +45,7 @@ const (
 	tRecoverReply = tRecover | replyBit
 	tVerbReply    = tVerb | replyBit
 	tBatchReply   = tBatch | replyBit
+	tAttachReply  = tAttach | replyBit
 	// tProbe is the memory node asking a member about an entry.
 	tProbe    = tProbeReply | replyBit
 	tSendAck  = tSend | replyBit
