@@ -82,7 +82,20 @@ type Config struct {
 	// validity serves nothing before its keeper has deposed it.
 	Valid func() bool
 
+	// Alloc, when set, provides every region's memory: size bytes, zeroed,
+	// as 8-byte words. A fabric that hands the regions to an RDMA device
+	// (rdma/verbs) allocates them outside Go's heap and registers them.
+	Alloc func(id rdma.RegionID, size uint64) []uint64
+
 	Logger *zap.Logger
+}
+
+// region allocates one region, on Alloc's memory if configured.
+func (c *Config) region(id rdma.RegionID, name string, size uint64) *rdma.Memory {
+	if c.Alloc == nil {
+		return rdma.NewMemory(id, name, size)
+	}
+	return rdma.NewMemoryOn(id, name, c.Alloc(id, size))
 }
 
 func (c *Config) defaults() {
@@ -203,9 +216,9 @@ func New(cfg Config) *Server {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		locks:   rdma.NewMemory(rdma.RegionLocks, "locks", cfg.Entries*16),
-		eras:    rdma.NewMemory(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
-		nodes:   rdma.NewMemory(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
+		locks:   cfg.region(rdma.RegionLocks, "locks", cfg.Entries*16),
+		eras:    cfg.region(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
+		nodes:   cfg.region(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
 		state:   make([]atomic.Uint32, cfg.MaxNodes+1),
 		members: map[rdma.NodeID]*member{},
 		next:    1,
@@ -214,7 +227,7 @@ func New(cfg Config) *Server {
 		done:    make(chan struct{}),
 	}
 	if cfg.RangeBytes > 0 {
-		s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", (cfg.RangeBytes+15)/16*16)
+		s.ranges = cfg.region(rdma.RegionRanges, "ranges", (cfg.RangeBytes+15)/16*16)
 	}
 	if cfg.RelBase != 0 {
 		var b [8]byte
