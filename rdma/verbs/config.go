@@ -1,0 +1,64 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+)
+
+// DeviceConfig names the RDMA device and port.
+type DeviceConfig struct {
+	// Device is the RDMA device (ibv_devices; "" for the first one).
+	Device string
+	// Port is its port (0 for 1).
+	Port int
+	// GID is the GID index to use, as a number; "" picks the port's first
+	// IPv4-mapped RoCE v2 GID (what rxe and ConnectX have over IPv4).
+	GID string
+}
+
+func (c DeviceConfig) gidIndex() (int, error) {
+	if c.GID == "" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(c.GID)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("verbs: GID index %q is not a number", c.GID)
+	}
+	return n, nil
+}
+
+// Config configures a member's endpoint.
+type Config struct {
+	DeviceConfig
+	// Control configures the TCP control connection to the memory node
+	// and the peer port (name, addresses, fabric secret, logger, default
+	// timeout): they carry set-up, the control path (join, recovery,
+	// probes) and nothing of a lock's fast path.
+	Control tcpfab.Config
+}
+
+// ServerConfig configures the memory node's side.
+type ServerConfig struct {
+	DeviceConfig
+	// LockTable is how the lock table is reached (default auto: CPU, on
+	// every device here).
+	LockTable LockTableMode
+	// Credits is how many CPU requests each member may have in flight: the
+	// receive buffers the memory node keeps posted for it (default 32).
+	Credits int
+	// RevokeEvery is how often the memory node takes the queue pairs of
+	// members it no longer admits (declared dead, or left) to the error
+	// state (default 10 ms). CPU requests are checked one by one.
+	RevokeEvery time.Duration
+	Logger      *zap.Logger
+}
+
+// ErrNotBuilt is what every entry point returns in a build without the
+// verbs tag.
+var ErrNotBuilt = errors.New("verbs: this binary was built without RDMA support; rebuild with -tags verbs (needs libibverbs-dev): go build -tags verbs ./cmd/...")

@@ -1,0 +1,190 @@
+//go:build verbs
+
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/verbs/ibv"
+)
+
+// Work-request kinds, the top byte of every work request's id: they say
+// which table the rest of the id indexes.
+const (
+	kOneSided uint8 = 1 // a chain of one-sided verbs; index = slot
+	kCPUSend  uint8 = 2 // a CPU request's SEND; index = slot
+	kCPURecv  uint8 = 3 // a CPU reply received; index = receive buffer
+	kPeerSend uint8 = 4 // a SEND to a member; index = send buffer
+	kPeerRecv uint8 = 5 // a Send or an ack received; index = receive buffer
+	kSrvRecv  uint8 = 6 // memory node: a CPU request received; index = buffer
+	kSrvSend  uint8 = 7 // memory node: a reply's SEND; index = reply buffer
+	lastFlag        = 1 << 23
+	indexMask       = 1<<23 - 1
+	connShift       = 24
+	kindShift       = 56
+)
+
+func wrID(kind uint8, conn uint32, idx int) uint64 {
+	return uint64(kind)<<kindShift | uint64(conn)<<connShift | uint64(idx)&(1<<24-1)
+}
+
+func splitID(id uint64) (kind uint8, conn uint32, idx int) {
+	return uint8(id >> kindShift), uint32(id >> connShift), int(id & (1<<24 - 1))
+}
+
+// sink receives the completions of one connection's work requests.
+type sink interface {
+	complete(kind uint8, idx int, wc *ibv.WC)
+}
+
+// device is an open device and the goroutine that polls its completion
+// queue and hands every completion to the connection it belongs to.
+type device struct {
+	dev *ibv.Device
+	log *zap.Logger
+
+	mu    sync.RWMutex
+	sinks map[uint32]sink
+	next  uint32
+
+	polls   atomic.Uint64 // completions handled, for tests
+	started bool
+
+	stop chan struct{}
+	done chan struct{}
+	fail func(error) // the device broke: fail everything
+}
+
+func openDevice(cfg DeviceConfig, cqe int, log *zap.Logger) (*device, error) {
+	gid, err := cfg.gidIndex()
+	if err != nil {
+		return nil, err
+	}
+	d, err := ibv.Open(cfg.Device, cfg.Port, gid, cqe)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: %w", err)
+	}
+	return &device{dev: d, log: log, sinks: map[uint32]sink{}, stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+func (d *device) register(s sink) uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for {
+		d.next++
+		if d.next == 0 || d.next >= 1<<32-1 {
+			d.next = 1
+		}
+		if d.sinks[d.next] == nil {
+			d.sinks[d.next] = s
+			return d.next
+		}
+	}
+}
+
+func (d *device) unregister(id uint32) {
+	d.mu.Lock()
+	delete(d.sinks, id)
+	d.mu.Unlock()
+}
+
+// start runs the poller until halt.
+func (d *device) start() {
+	d.started = true
+	go d.poll()
+}
+
+func (d *device) poll() {
+	defer close(d.done)
+	var wcs [32]ibv.WC
+	for {
+		select {
+		case <-d.stop:
+			return
+		default:
+		}
+		// The timeout only bounds how long close waits: completions wake
+		// the poller through the completion channel at once.
+		n, err := d.dev.Poll(wcs[:], 50)
+		if err != nil {
+			d.log.Error("verbs: polling the completion queue failed; the device is unusable", zap.Error(err))
+			if d.fail != nil {
+				d.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
+			}
+			<-d.stop
+			return
+		}
+		for i := 0; i < n; i++ {
+			wc := &wcs[i]
+			kind, conn, idx := splitID(wc.ID)
+			d.mu.RLock()
+			s := d.sinks[conn]
+			d.mu.RUnlock()
+			if s != nil {
+				s.complete(kind, idx, wc)
+			}
+			d.polls.Add(1)
+		}
+	}
+}
+
+// halt stops the poller (if it ever started): no completion is handled
+// after it returns.
+func (d *device) halt() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	if d.started {
+		<-d.done
+	}
+}
+
+// close stops the poller and closes the device. Every queue pair and
+// memory region on it must be gone.
+func (d *device) close() {
+	d.halt()
+	d.dev.Close()
+}
+
+// statusErr maps a failed completion to the fabric's errors, so that the
+// layers above recover from a QP failure as they do from a lost TCP
+// connection on tcpfab:
+//
+//   - the peer stopped answering (transport retries exhausted, or a flush
+//     after the queue pair failed): ErrUnreachable;
+//   - the receiver kept no buffer posted for the retries allowed: ErrNotReady;
+//   - the remote side refused the access (revoked, bad key, bad address):
+//     ErrUnreachable, since the queue pair is broken from then on;
+//   - a local mistake (length, protection, operation): ErrBadRequest.
+func statusErr(wc *ibv.WC) error {
+	what := fmt.Sprintf("verbs: completion %v (vendor error %#x)", wc.Status, wc.VendorErr)
+	switch wc.Status {
+	case ibv.StatusRNRRetryExc:
+		return fmt.Errorf("%w: %s", rdma.ErrNotReady, what)
+	case ibv.StatusLocLenErr, ibv.StatusLocQPOpErr, ibv.StatusLocProtErr, ibv.StatusLocAccessErr:
+		return fmt.Errorf("%w: %s", rdma.ErrBadRequest, what)
+	default:
+		return fmt.Errorf("%w: %s", rdma.ErrUnreachable, what)
+	}
+}
+
+// errBroken is what every verb returns once the queue pair to the memory
+// node has failed.
+var errBroken = errors.New("verbs: the queue pair to the memory node failed")
+
+// connParams are the transport settings of every queue pair: an ACK timeout
+// of 4.096 µs × 2^16 (268 ms) and 7 retries, so a peer that died is
+// unreachable within about two seconds; RNR retries for ever, since
+// credits keep a receiver's buffers posted and a receiver that is merely
+// slow must not fail a Send.
+func connParams(access ibv.Access) ibv.ConnParams {
+	return ibv.ConnParams{Access: access, Timeout: 16, Retry: 7, RNRRetry: 7, RdAtomic: 16}
+}
