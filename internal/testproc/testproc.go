@@ -52,9 +52,23 @@ func Root() (string, error) {
 	}
 }
 
-// Bin builds cmd/<name> once per test process and returns its path.
+// BinEnv names the environment variable that points tests at binaries
+// built beforehand instead of building cmd/<name> themselves: make
+// test-verbs builds them with -tags verbs on the host and runs the tests in
+// a guest with no Go toolchain.
+const BinEnv = "SHIFTLOCK_TEST_BIN"
+
+// Bin builds cmd/<name> once per test process and returns its path (or
+// returns $SHIFTLOCK_TEST_BIN/<name>, see BinEnv).
 func Bin(t testing.TB, name string) string {
 	t.Helper()
+	if dir := os.Getenv(BinEnv); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v", BinEnv, dir, err)
+		}
+		return p
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if buildDir == "" {

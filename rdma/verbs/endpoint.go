@@ -264,6 +264,24 @@ func (e *Endpoint) Close() error {
 	return nil
 }
 
+// Kill makes the endpoint vanish as a crashed process would, as far as the
+// members it has queue pairs with can tell: no goodbye, its queue pairs
+// just stop answering, so their Sends to it run out of transport retries.
+// (It still leaves the memory node.) For tests of peer failure.
+func (e *Endpoint) Kill() {
+	if e.closed.Swap(true) {
+		return
+	}
+	e.peers.mu.Lock()
+	e.peers.closed = true
+	e.peers.mu.Unlock()
+	e.fail(rdma.ErrClosed)
+	if e.ctl != nil {
+		_ = e.ctl.Close()
+	}
+	e.teardown()
+}
+
 // teardown releases what Dial set up, in the order the device needs:
 // queue pairs before the memory they write, the poller before the device.
 func (e *Endpoint) teardown() {
