@@ -304,6 +304,29 @@ func Memnode(t testing.TB, args ...string) *Proc {
 	return Start(t, "memnode", Bin(t, "memnode"), append(base, args...), MemnodeReady)
 }
 
+// VerbsDeviceEnv names the RDMA device that tests of the verbs fabric
+// (built with -tags verbs) run on; make test-verbs sets it to the guest's
+// soft-RoCE device.
+const VerbsDeviceEnv = "SHIFTLOCK_VERBS_DEVICE"
+
+// VerbsDevice is $SHIFTLOCK_VERBS_DEVICE. A verbs test without it fails
+// rather than skips: it exists to run against a device.
+func VerbsDevice(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv(VerbsDeviceEnv)
+	if d == "" {
+		t.Fatalf("%s is not set: name the RDMA device to test on (make test-verbs runs these tests against soft-RoCE in a guest)", VerbsDeviceEnv)
+	}
+	return d
+}
+
+// VerbsMemnode starts cmd/memnode serving its regions over RDMA on
+// VerbsDevice (the binary must be built with -tags verbs: see BinEnv).
+func VerbsMemnode(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	return Memnode(t, append([]string{"-fabric", "verbs", "-verbs-device", VerbsDevice(t)}, args...)...)
+}
+
 // hasFlag reports whether args give one of the flags named.
 func hasFlag(args []string, names ...string) bool {
 	for _, a := range args {

@@ -852,6 +852,13 @@ func (w Wire) Sub(o Wire) Wire {
 		w.PeerSends - o.PeerSends, w.PeerAcks - o.PeerAcks, w.PeerRecvs - o.PeerRecvs, w.Handshakes - o.Handshakes}
 }
 
+// Add returns w + o.
+func (w Wire) Add(o Wire) Wire {
+	return Wire{w.Doorbells + o.Doorbells, w.RoundTrips + o.RoundTrips, w.Reads + o.Reads, w.Writes + o.Writes,
+		w.CASes + o.CASes, w.FAAs + o.FAAs, w.CPURequests + o.CPURequests, w.CPUOps + o.CPUOps,
+		w.PeerSends + o.PeerSends, w.PeerAcks + o.PeerAcks, w.PeerRecvs + o.PeerRecvs, w.Handshakes + o.Handshakes}
+}
+
 // Wire reads the endpoint's device-level counters.
 func (e *Endpoint) Wire() Wire {
 	c := &e.wire
