@@ -175,13 +175,14 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 		e.credits <- struct{}{}
 	}
 	e.cid = dev.register(mnSink{e})
+	if err := e.qp.Connect(ar.QP.QPN, ar.QP.PSN, psn, ar.QP.GID, connParams(0)); err != nil {
+		return nil, fmt.Errorf("verbs: memory node %s: %w", addr, err)
+	}
+	// Replies come only to requests, which come after this.
 	for i := 0; i < cpuBufs; i++ {
 		if err := e.postRecv(i); err != nil {
 			return nil, fmt.Errorf("verbs: %w", err)
 		}
-	}
-	if err := e.qp.Connect(ar.QP.QPN, ar.QP.PSN, psn, ar.QP.GID, connParams(0)); err != nil {
-		return nil, fmt.Errorf("verbs: memory node %s: %w", addr, err)
 	}
 	dev.start()
 	e.ctl.Bind(e.onControl)

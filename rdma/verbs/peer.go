@@ -99,10 +99,6 @@ func (p *peers) newConn(node rdma.NodeID, out bool) (*peerConn, error) {
 	p.mu.Unlock()
 	for i := 0; i < peerBufs; i++ {
 		c.sendFree <- i
-		if err := c.postRecv(i); err != nil {
-			c.destroy()
-			return nil, err
-		}
 	}
 	for i := 0; i < peerCredits; i++ {
 		c.credits <- struct{}{}
@@ -121,9 +117,20 @@ func (c *peerConn) postRecv(i int) error {
 	return c.qp.PostRecv(wrID(kPeerRecv, c.id, i), c.recvAddr(i), peerMsgMax, c.mr.LKey)
 }
 
-// connect joins the queue pair to the far end's.
+// connect joins the queue pair to the far end's and posts its receive
+// buffers (a queue pair in RESET takes none), before anything can arrive:
+// an in connection replies to the handshake after this, an out connection
+// sends (and so gets acknowledgements) after it.
 func (c *peerConn) connect(far QPInfo) error {
-	return c.qp.Connect(far.QPN, far.PSN, c.psn, far.GID, connParams(0))
+	if err := c.qp.Connect(far.QPN, far.PSN, c.psn, far.GID, connParams(0)); err != nil {
+		return err
+	}
+	for i := 0; i < peerBufs; i++ {
+		if err := c.postRecv(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // kill marks the connection dead, fails its Sends in flight, and destroys

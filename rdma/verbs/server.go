@@ -295,6 +295,10 @@ func (s *Server) attach(ctx context.Context, node rdma.NodeID, from string, body
 		s.drop(m)
 		return nil, nil, fmt.Errorf("%w: %v", rdma.ErrUnavailable, err)
 	}
+	if err := m.postRecvs(); err != nil {
+		s.drop(m)
+		return nil, nil, fmt.Errorf("%w: %v", rdma.ErrUnavailable, err)
+	}
 	caps := s.dev.dev.Caps()
 	rep := AttachReply{QP: QPInfo{QPN: m.qp.Num, PSN: m.psn, GID: caps.GID}, Credits: uint16(s.cfg.Credits),
 		Mode: s.mode, Device: caps.Name + " (" + caps.Driver + ")", Regions: s.plan}
@@ -326,13 +330,18 @@ func (s *Server) newMember(node rdma.NodeID) (*member, error) {
 	s.mu.Lock()
 	s.members[m] = struct{}{}
 	s.mu.Unlock()
-	for i := 0; i < k; i++ {
+	return m, nil
+}
+
+// postRecvs posts every request buffer: once connected (a queue pair in
+// RESET takes no receive), before the member learns it may send.
+func (m *member) postRecvs() error {
+	for i := 0; i < m.s.cfg.Credits; i++ {
 		if err := m.postRecv(i); err != nil {
-			s.drop(m)
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // drop destroys a member's queue pair and buffers, once.
