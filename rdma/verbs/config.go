@@ -52,10 +52,20 @@ type ServerConfig struct {
 	// Credits is how many CPU requests each member may have in flight: the
 	// receive buffers the memory node keeps posted for it (default 32).
 	Credits int
-	// RevokeEvery is how often the memory node takes the queue pairs of
-	// members it no longer admits (declared dead, or left) to the error
-	// state (default 10 ms). CPU requests are checked one by one.
+	// RevokeEvery is how often the memory node looks for members it no
+	// longer admits (declared dead, or left), whose queue pairs it takes
+	// to the error state RevokeGrace after it first sees them so (default
+	// 10 ms). CPU requests are checked one by one, as tcpfab checks its
+	// frames, so a fenced member's CPU verbs fail as fenced at once.
 	RevokeEvery time.Duration
+	// RevokeGrace: with a CPU lock table, revocation protects nothing a
+	// fenced member could harm (its one-sided words are its own node-table
+	// slot and read-only era counters), so it waits a while (default 1 s),
+	// during which the member reads its SlotDead status one-sided and
+	// learns it was fenced, as on tcpfab, rather than only that its queue
+	// pair broke. With a one-sided lock table it is 0: access ends at the
+	// first look.
+	RevokeGrace time.Duration
 	Logger      *zap.Logger
 }
 

@@ -181,10 +181,11 @@ func statusErr(wc *ibv.WC) error {
 var errBroken = errors.New("verbs: the queue pair to the memory node failed")
 
 // connParams are the transport settings of every queue pair: an ACK timeout
-// of 4.096 µs × 2^16 (268 ms) and 7 retries, so a peer that died is
-// unreachable within about two seconds; RNR retries for ever, since
-// credits keep a receiver's buffers posted and a receiver that is merely
-// slow must not fail a Send.
+// of 4.096 µs × 2^16 (268 ms) and 6 retries, so a peer that died is
+// unreachable within about two seconds (7 retries would be for ever: rxe,
+// like the RNR retry count of the spec, reads 7 as infinite); RNR retries
+// for ever, since credits keep a receiver's buffers posted and a receiver
+// that is merely slow must not fail a Send.
 func connParams(access ibv.Access) ibv.ConnParams {
-	return ibv.ConnParams{Access: access, Timeout: 16, Retry: 7, RNRRetry: 7, RdAtomic: 16}
+	return ibv.ConnParams{Access: access, Timeout: 16, Retry: 6, RNRRetry: 7, RdAtomic: 16}
 }

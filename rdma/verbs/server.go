@@ -95,6 +95,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.RevokeEvery <= 0 {
 		cfg.RevokeEvery = 10 * time.Millisecond
 	}
+	if cfg.RevokeGrace <= 0 {
+		cfg.RevokeGrace = time.Second
+	}
 	dev, err := openDevice(cfg.DeviceConfig, serverCQE, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -105,6 +108,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		// No device here has extended atomics (ExtendedAtomics): the
 		// lock table goes through the CPU.
 		s.mode = LockTableCPU
+	}
+	if s.mode == LockTableOneSided {
+		s.cfg.RevokeGrace = 0
 	}
 	caps := dev.dev.Caps()
 	s.log.Info("verbs device", zap.String("device", caps.Name), zap.String("driver", caps.Driver),
@@ -263,6 +269,7 @@ type member struct {
 	mem       []byte
 	mr        *ibv.MR
 	revoked   atomic.Bool
+	outSince  time.Time // revoker only: when it first saw the member not admitted
 
 	// Used by the poller only.
 	replyFree []int
@@ -380,10 +387,17 @@ func (s *Server) revoker() {
 			return
 		case <-t.C:
 		}
+		now := time.Now()
 		s.mu.Lock()
 		var ms []*member
 		for m := range s.members {
-			if !m.revoked.Load() && s.host.Admit(m.node) != nil {
+			if m.revoked.Load() || s.host.Admit(m.node) == nil {
+				continue
+			}
+			if m.outSince.IsZero() {
+				m.outSince = now
+			}
+			if now.Sub(m.outSince) >= s.cfg.RevokeGrace {
 				ms = append(ms, m)
 			}
 		}
