@@ -18,7 +18,7 @@ import (
 // queue pairs (rdma/verbs) on the test device.
 func verbsCluster(t *testing.T, n int, cfg shiftlock.Config) ([]shiftlock.Locker, []*shiftlock.Client, []*verbs.Endpoint) {
 	t.Helper()
-	mn := testproc.VerbsMemnode(t, "-entries", "4096", "-dead-after", "1m")
+	mn := testproc.VerbsMemnode(t, "-entries", "4096", "-dead-after", "10m")
 	var ls []shiftlock.Locker
 	var cs []*shiftlock.Client
 	var eps []*verbs.Endpoint
@@ -57,21 +57,21 @@ func TestVerbsMutualExclusion(t *testing.T) {
 	t.Run("heavy", func(t *testing.T) {
 		ls, cs, eps := verbsCluster(t, 4, shiftlock.Config{Threshold: 4})
 		runTCPChecker(t, ls, cs, locktest.Workload{
-			Workers: 80, Entries: 4, ReadRatio: 0.5, Ops: 30, Seed: 21,
+			Workers: 40, Entries: 4, ReadRatio: 0.5, Ops: 20, Seed: 21,
 		}, 4+1)
 		check(t, eps)
 	})
 	t.Run("heavy-with-abandons", func(t *testing.T) {
 		ls, cs, eps := verbsCluster(t, 3, shiftlock.Config{Threshold: 4})
 		runTCPChecker(t, ls, cs, locktest.Workload{
-			Workers: 60, Entries: 3, ReadRatio: 0.5, Ops: 30, CancelRatio: 0.3, Seed: 22,
+			Workers: 30, Entries: 3, ReadRatio: 0.5, Ops: 20, CancelRatio: 0.3, Seed: 22,
 		}, 0)
 		check(t, eps)
 	})
 	t.Run("light", func(t *testing.T) {
 		ls, cs, eps := verbsCluster(t, 4, shiftlock.Config{})
 		runTCPChecker(t, ls, cs, locktest.Workload{
-			Workers: 100, Entries: 1000, Zipf: 1.2, ReadRatio: 0.5, Ops: 20, Seed: 23,
+			Workers: 50, Entries: 1000, Zipf: 1.2, ReadRatio: 0.5, Ops: 15, Seed: 23,
 		}, 16+1)
 		check(t, eps)
 	})

@@ -5,8 +5,10 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -38,9 +40,15 @@ func splitID(id uint64) (kind uint8, conn uint32, idx int) {
 	return uint8(id >> kindShift), uint32(id >> connShift), int(id & (1<<24 - 1))
 }
 
-// sink receives the completions of one connection's work requests.
+// sink receives the completions of one connection's work requests, on
+// the device's poller, which must never block.
 type sink interface {
 	complete(kind uint8, idx int, wc *ibv.WC)
+}
+
+// failer is a sink that wants to hear that the device itself failed.
+type failer interface {
+	deviceFailed(err error)
 }
 
 // device is an open device and the goroutine that polls its completion
@@ -49,16 +57,20 @@ type device struct {
 	dev *ibv.Device
 	log *zap.Logger
 
+	// mu is read-held while completions are delivered, so that
+	// unregister returns only once the poller is done with the sink.
 	mu    sync.RWMutex
 	sinks map[uint32]sink
 	next  uint32
 
 	polls   atomic.Uint64 // completions handled, for tests
 	started bool
+	// active is when work was last posted or completed (monotonic ns
+	// since epoch): the poller busy-polls, yielding, for spinFor after it.
+	active atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
-	fail func(error) // the device broke: fail everything
 }
 
 func openDevice(cfg DeviceConfig, cqe int, log *zap.Logger) (*device, error) {
@@ -72,6 +84,61 @@ func openDevice(cfg DeviceConfig, cqe int, log *zap.Logger) (*device, error) {
 	}
 	return &device{dev: d, log: log, sinks: map[uint32]sink{}, stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
+
+// The endpoints of a process share one open device per (device, port,
+// GID): one context, one completion queue and one poller, so that a
+// process busy-polls on one thread however many memory nodes (or, in
+// tests, members) it has.
+var shared struct {
+	mu   sync.Mutex
+	devs map[DeviceConfig]*sharedDevice
+}
+
+type sharedDevice struct {
+	d    *device
+	refs int
+}
+
+// acquireDevice returns the process's device for cfg, opening it (and
+// starting its poller) on first use; release it when done.
+func acquireDevice(cfg DeviceConfig, log *zap.Logger) (*device, func(), error) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.devs == nil {
+		shared.devs = map[DeviceConfig]*sharedDevice{}
+	}
+	sd := shared.devs[cfg]
+	if sd == nil {
+		d, err := openDevice(cfg, sharedCQE, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		d.start()
+		sd = &sharedDevice{d: d}
+		shared.devs[cfg] = sd
+	}
+	sd.refs++
+	var once sync.Once
+	return sd.d, func() {
+		once.Do(func() {
+			shared.mu.Lock()
+			sd.refs--
+			last := sd.refs == 0
+			if last {
+				delete(shared.devs, cfg)
+			}
+			shared.mu.Unlock()
+			if last {
+				sd.d.close()
+			}
+		})
+	}, nil
+}
+
+// sharedCQE is the completion queue of a shared device: room for every
+// completion its endpoints can have outstanding (each at most its slots,
+// its CPU reply buffers and two buffers' worth per member connection).
+const sharedCQE = 32768
 
 func (d *device) register(s sink) uint32 {
 	d.mu.Lock()
@@ -88,6 +155,9 @@ func (d *device) register(s sink) uint32 {
 	}
 }
 
+// unregister stops deliveries to id and returns once none is under way:
+// the caller may then destroy what the sink delivers into. It must not be
+// called from the poller or with a lock a sink takes.
 func (d *device) unregister(id uint32) {
 	d.mu.Lock()
 	delete(d.sinks, id)
@@ -100,6 +170,22 @@ func (d *device) start() {
 	go d.poll()
 }
 
+// spinFor is how long the poller busy-polls after the last sign of work
+// before it sleeps on the completion channel. Sleeping costs a wake-up per
+// completion, which in the emulated test guest takes milliseconds (6 ms a
+// one-sided CAS, against under 1 ms busy-polled); a memory node or a proxy
+// at work posts and completes far more often than that, so under load the
+// poller never sleeps, and idle it spins 2 ms, yielding to other
+// goroutines all along.
+const spinFor = 2 * time.Millisecond
+
+var epoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// kick notes that work was posted: a completion is coming.
+func (d *device) kick() { d.active.Store(monoNow()) }
+
 func (d *device) poll() {
 	defer close(d.done)
 	var wcs [32]ibv.WC
@@ -109,27 +195,46 @@ func (d *device) poll() {
 			return
 		default:
 		}
-		// The timeout only bounds how long close waits: completions wake
-		// the poller through the completion channel at once.
-		n, err := d.dev.Poll(wcs[:], 50)
+		var n int
+		var err error
+		if monoNow()-d.active.Load() < int64(spinFor) {
+			// Yield between polls: the goroutines the last completions
+			// woke run on this P meanwhile.
+			if n, err = d.dev.PollNow(wcs[:]); err == nil && n == 0 {
+				runtime.Gosched()
+				continue
+			}
+		} else {
+			// The timeout only bounds how long close waits: a completion
+			// wakes the poller through the completion channel.
+			n, err = d.dev.Poll(wcs[:], 50)
+		}
 		if err != nil {
 			d.log.Error("verbs: polling the completion queue failed; the device is unusable", zap.Error(err))
-			if d.fail != nil {
-				d.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
+			err = fmt.Errorf("%w: %v", rdma.ErrUnreachable, err)
+			d.mu.RLock()
+			for _, s := range d.sinks {
+				if f, ok := s.(failer); ok {
+					f.deviceFailed(err)
+				}
 			}
+			d.mu.RUnlock()
 			<-d.stop
 			return
 		}
+		d.mu.RLock()
 		for i := 0; i < n; i++ {
 			wc := &wcs[i]
 			kind, conn, idx := splitID(wc.ID)
-			d.mu.RLock()
-			s := d.sinks[conn]
-			d.mu.RUnlock()
-			if s != nil {
+			if s := d.sinks[conn]; s != nil {
 				s.complete(kind, idx, wc)
 			}
 			d.polls.Add(1)
+		}
+		d.mu.RUnlock()
+		if n > 0 {
+			d.kick()
+			runtime.Gosched()
 		}
 	}
 }
@@ -181,11 +286,14 @@ func statusErr(wc *ibv.WC) error {
 var errBroken = errors.New("verbs: the queue pair to the memory node failed")
 
 // connParams are the transport settings of every queue pair: an ACK timeout
-// of 4.096 µs × 2^16 (268 ms) and 6 retries, so a peer that died is
-// unreachable within about two seconds (7 retries would be for ever: rxe,
-// like the RNR retry count of the spec, reads 7 as infinite); RNR retries
-// for ever, since credits keep a receiver's buffers posted and a receiver
-// that is merely slow must not fail a Send.
+// of 4.096 µs × 2^18 (1.07 s) and 6 retries, so a peer that died is
+// unreachable within about 7.5 s (7 retries would be for ever: rxe, like
+// the RNR retry count of the spec, reads 7 as infinite). Shorter timeouts
+// failed healthy queue pairs in the emulated test guest on a loaded host,
+// and a queue pair that failed is gone for good; the death of a memory
+// node is noticed at once anyway, by its TCP control connection. RNR
+// retries for ever, since credits keep a receiver's buffers posted and a
+// receiver that is merely slow must not fail a Send.
 func connParams(access ibv.Access) ibv.ConnParams {
-	return ibv.ConnParams{Access: access, Timeout: 16, Retry: 6, RNRRetry: 7, RdAtomic: 16}
+	return ibv.ConnParams{Access: access, Timeout: 18, Retry: 6, RNRRetry: 7, RdAtomic: 16}
 }

@@ -51,8 +51,9 @@ const (
 // connection to the memory node fails, every verb fails with ErrUnreachable
 // and the owner rejoins with a new Dial.
 type Endpoint struct {
-	ctl     *tcpfab.Endpoint
-	dev     *device
+	ctl        *tcpfab.Endpoint
+	dev        *device
+	releaseDev func()
 	log     *zap.Logger
 	node    rdma.NodeID
 	layout  rdma.Layout
@@ -116,14 +117,13 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 	if timeout == 0 {
 		timeout = tcpfab.DefaultTimeout
 	}
-	dev, err := openDevice(cfg.DeviceConfig, clientCQE, log)
+	dev, release, err := acquireDevice(cfg.DeviceConfig, log)
 	if err != nil {
 		return nil, err
 	}
-	e := &Endpoint{dev: dev, log: log, timeout: timeout, regions: map[rdma.RegionID]*RegionMap{},
+	e := &Endpoint{dev: dev, releaseDev: release, log: log, timeout: timeout, regions: map[rdma.RegionID]*RegionMap{},
 		broken: make(chan struct{}), stop: make(chan struct{})}
 	e.peers.init(e)
-	dev.fail = e.fail
 	ok := false
 	defer func() {
 		if !ok {
@@ -184,7 +184,6 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 			return nil, fmt.Errorf("verbs: %w", err)
 		}
 	}
-	dev.start()
 	e.ctl.Bind(e.onControl)
 	e.wg.Add(1)
 	go func() {
@@ -283,8 +282,9 @@ func (e *Endpoint) Kill() {
 	e.teardown()
 }
 
-// teardown releases what Dial set up, in the order the device needs:
-// queue pairs before the memory they write, the poller before the device.
+// teardown releases what Dial set up, in the order the device needs: no
+// more deliveries, then queue pairs, then the memory they wrote, then the
+// (shared) device.
 func (e *Endpoint) teardown() {
 	select {
 	case <-e.stop:
@@ -292,9 +292,6 @@ func (e *Endpoint) teardown() {
 		close(e.stop)
 	}
 	e.wg.Wait()
-	if e.dev != nil {
-		e.dev.halt()
-	}
 	if e.cid != 0 {
 		e.dev.unregister(e.cid)
 	}
@@ -305,12 +302,10 @@ func (e *Endpoint) teardown() {
 	if e.mr != nil {
 		_ = e.mr.Deregister()
 	}
-	if e.dev != nil {
-		e.dev.close()
-	}
 	if e.mem != nil {
 		_ = ibv.Munmap(e.mem)
 	}
+	e.releaseDev()
 }
 
 func (e *Endpoint) check(ctx context.Context) error {
@@ -412,6 +407,8 @@ func (e *Endpoint) wait(ctx context.Context, s *slot) error {
 
 // mnSink receives the completions of the queue pair to the memory node.
 type mnSink struct{ e *Endpoint }
+
+func (m mnSink) deviceFailed(err error) { m.e.fail(err) }
 
 func (m mnSink) complete(kind uint8, idx int, wc *ibv.WC) {
 	e := m.e
@@ -688,6 +685,7 @@ func (e *Endpoint) runOneSided(ctx context.Context, ops []rdma.Op, mechs []int8)
 		for k := range chain {
 			e.wire.wrs[chain[k].Opcode&7].Add(1)
 		}
+		e.dev.kick()
 		if err := e.qp.PostSend(chain); err != nil {
 			e.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
 			e.free <- s
@@ -790,6 +788,7 @@ func (e *Endpoint) cpuRequest(ctx context.Context, ops []rdma.Op) error {
 	e.wire.cpuOps.Add(uint64(len(ops)))
 	wr := []ibv.WR{{ID: wrID(kCPUSend, e.cid, s.idx) | lastFlag, Opcode: ibv.OpSend, Flags: ibv.SendSignaled,
 		LocalAddr: s.addr, LocalLen: uint32(len(msg)), LKey: e.mr.LKey}}
+	e.dev.kick()
 	if err := e.qp.PostSend(wr); err != nil {
 		e.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
 		s.mu.Lock()

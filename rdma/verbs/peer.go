@@ -160,6 +160,9 @@ func (c *peerConn) kill(err error) {
 }
 
 func (c *peerConn) destroy() {
+	// No delivery after this, and none under way: the poller holds c.mu
+	// read-locked while it delivers, so unregister comes before locking.
+	c.p.e.dev.unregister(c.id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.destroyed {
@@ -169,7 +172,6 @@ func (c *peerConn) destroy() {
 	c.p.mu.Lock()
 	delete(c.p.all, c)
 	c.p.mu.Unlock()
-	c.p.e.dev.unregister(c.id)
 	_ = c.qp.Destroy()
 	_ = c.mr.Deregister()
 	_ = ibv.Munmap(c.mem)
@@ -184,6 +186,7 @@ func (c *peerConn) post(idx int, msg []byte) error {
 	}
 	off := c.sendOff(idx)
 	n := copy(c.mem[off:off+peerMsgMax], msg)
+	c.p.e.dev.kick()
 	return c.qp.PostSend([]ibv.WR{{ID: wrID(kPeerSend, c.id, idx), Opcode: ibv.OpSend, Flags: ibv.SendSignaled,
 		LocalAddr: uint64(c.mr.Addr) + uint64(off), LocalLen: uint32(n), LKey: c.mr.LKey}})
 }

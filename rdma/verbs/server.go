@@ -221,7 +221,6 @@ func (s *Server) Serve(host rdma.Host, ts *tcpfab.Server) error {
 			s.log.Info("verbs region", zap.Uint16("region", uint16(m.ID)), zap.Stringer("mechanism", m.Mech), zap.Uint64("bytes", m.Size))
 		}
 	}
-	s.dev.fail = func(err error) { s.log.Error("verbs: device failed", zap.Error(err)) }
 	s.dev.start()
 	ts.OnAttach(s.attach)
 	s.wg.Add(1)
@@ -353,6 +352,9 @@ func (m *member) postRecvs() error {
 
 // drop destroys a member's queue pair and buffers, once.
 func (s *Server) drop(m *member) {
+	// First no more deliveries (the poller holds m.mu read-locked while
+	// it delivers, so this comes before locking it).
+	s.dev.unregister(m.id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.destroyed {
@@ -362,7 +364,6 @@ func (s *Server) drop(m *member) {
 	s.mu.Lock()
 	delete(s.members, m)
 	s.mu.Unlock()
-	s.dev.unregister(m.id)
 	_ = m.qp.Destroy()
 	_ = m.mr.Deregister()
 	_ = ibv.Munmap(m.mem)

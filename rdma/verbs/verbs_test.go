@@ -389,3 +389,54 @@ func TestVerbsPeerDies(t *testing.T) {
 		t.Fatalf("a member that left was found unreachable only after %v", d)
 	}
 }
+
+// The benchmarks measure the emulated guest, so their numbers are for
+// comparing this code with itself (and with perftest in the same guest),
+// never for performance claims.
+
+func benchVerb(b *testing.B, mode verbs.LockTableMode, parallel int, verb func(ep *verbs.Endpoint, ctx context.Context, i int) error) {
+	mn := startMemoryNode(b, memnode.Config{Entries: 1 << 10}, mode)
+	ep := join(b, mn.addr, "bench")
+	ctx := context.Background()
+	b.ResetTimer()
+	if parallel <= 1 {
+		for i := 0; i < b.N; i++ {
+			if err := verb(ep, ctx, i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	per := b.N/parallel + 1
+	for g := 0; g < parallel; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				if err := verb(ep, ctx, g*per+i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func oneSidedCAS(ep *verbs.Endpoint, ctx context.Context, i int) error {
+	_, err := ep.CAS(ctx, ep.Layout().EntryAddr(uint64(i%1024)), 0, 0)
+	return err
+}
+
+func cpuMaskedCAS(ep *verbs.Endpoint, ctx context.Context, i int) error {
+	_, err := ep.MaskedCAS128(ctx, ep.Layout().EntryAddr(uint64(i%1024)), rdma.U128{}, rdma.U128{}, rdma.U128{}, rdma.U128{})
+	return err
+}
+
+func BenchmarkVerbsOneSidedCAS(b *testing.B) { benchVerb(b, verbs.LockTableOneSided, 1, oneSidedCAS) }
+func BenchmarkVerbsOneSidedCASx16(b *testing.B) {
+	benchVerb(b, verbs.LockTableOneSided, 16, oneSidedCAS)
+}
+func BenchmarkVerbsCPUMaskedCAS(b *testing.B)    { benchVerb(b, verbs.LockTableCPU, 1, cpuMaskedCAS) }
+func BenchmarkVerbsCPUMaskedCASx16(b *testing.B) { benchVerb(b, verbs.LockTableCPU, 16, cpuMaskedCAS) }

@@ -7,6 +7,8 @@
 #
 # RXE_TESTS overrides what runs: space-separated NAME=PACKAGE:PATTERN, e.g.
 #   RXE_TESTS='verbs=rdma/verbs:Conformance' make test-verbs
+# and RXE_ARGS adds flags to every test binary, e.g.
+#   RXE_TESTS='verbs=rdma/verbs:^$' RXE_ARGS='-test.bench=Verbs' make test-verbs
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/scripts/rxe
@@ -40,7 +42,7 @@ echo "test-verbs: host build ($(took "$t"))"
     name=${spec%%=*} rest=${spec#*=}
     pkg=${rest%%:*} pat=${rest#*:}
     printf 'echo "=== %s (%s, -run %s)"\n' "$name" "$pkg" "$pat"
-    printf 's=$(date +%%s); (cd /src/%s && /job/t/%s.test -test.run %q -test.v -test.count=1 -test.timeout 15m) || fail=1\n' "$pkg" "$name" "$pat"
+    printf 's=$(date +%%s); (cd /src/%s && /job/t/%s.test -test.run %q -test.v -test.count=1 -test.timeout 15m %s) || fail=1\n' "$pkg" "$name" "$pat" "${RXE_ARGS:-}"
     printf 'echo "=== %s: exit ok=$((1-fail)) in $(( $(date +%%s) - s )) s"\n' "$name"
   done
   echo 'exit $fail'

@@ -34,7 +34,7 @@ share=(-virtfs "local,path=$(cd "$job" && pwd),mount_tag=job,security_model=none
 set +e
 timeout "${RXE_TIMEOUT:-1200}" qemu-system-x86_64 "${acc[@]}" -smp "${RXE_CPUS:-2}" -m "${RXE_MEM:-2048}" -machine q35 \
   -kernel "$kernel" -initrd "$img/initrd.img" \
-  -append "root=/dev/vda rw init=/sbin/shiftlock-rxe-init console=ttyS0 quiet loglevel=3 panic=-1" \
+  -append "root=/dev/vda rw init=/sbin/shiftlock-rxe-init console=ttyS0 quiet loglevel=3 panic=-1 ${RXE_APPEND:-}" \
   -drive "file=$img/root.img,if=virtio,format=raw,snapshot=on" \
   -netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile= \
   "${share[@]}" -nographic -serial stdio -monitor none -no-reboot -nodefaults </dev/null 2>&1 |

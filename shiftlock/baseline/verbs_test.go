@@ -22,7 +22,7 @@ import (
 // pairs, its lock table in the given mode (verbs-lock-table).
 func verbsEndpoints(t *testing.T, n int, mode string, entries int) []*verbs.Endpoint {
 	t.Helper()
-	mn := testproc.VerbsMemnode(t, "-entries", fmt.Sprint(entries), "-dead-after", "1m", "-verbs-lock-table", mode)
+	mn := testproc.VerbsMemnode(t, "-entries", fmt.Sprint(entries), "-dead-after", "10m", "-verbs-lock-table", mode)
 	var eps []*verbs.Endpoint
 	for i := 0; i < n; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -62,8 +62,8 @@ func TestVerbsBaselines(t *testing.T) {
 				chk := locktest.NewChecker(sh.entries)
 				chk.NoTokens = true
 				res, err := locktest.Run(ctxT(t), locktest.Workload{
-					Clients: lockers, Workers: 60, Entries: sh.entries, ReadRatio: 0.5, Zipf: sh.zipf,
-					Ops: 25, Duration: 20 * time.Second, Seed: 7,
+					Clients: lockers, Workers: 40, Entries: sh.entries, ReadRatio: 0.5, Zipf: sh.zipf,
+					Ops: 20, Duration: 10 * time.Second, Seed: 7,
 				}, chk)
 				if err != nil {
 					t.Fatal(err)

@@ -320,6 +320,35 @@ int sl_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t addr, uint32_t len,
 	return ibv_post_recv(qp, &w, &bad);
 }
 
+static void copy_wc(sl_wc *out, const struct ibv_wc *wc, int n)
+{
+	int i;
+	for (i = 0; i < n; i++) {
+		out[i].wr_id = wc[i].wr_id;
+		out[i].status = wc[i].status;
+		out[i].opcode = wc[i].opcode;
+		out[i].byte_len = wc[i].byte_len;
+		out[i].qp_num = wc[i].qp_num;
+		out[i].vendor_err = wc[i].vendor_err;
+		out[i].wc_flags = wc[i].wc_flags;
+	}
+}
+
+/* sl_poll_now returns what the completion queue holds, without waiting or
+ * arming: the busy-poll step. */
+int sl_poll_now(sl_dev *d, sl_wc *out, int max)
+{
+	struct ibv_wc wc[32];
+	int n;
+	if (max > 32)
+		max = 32;
+	n = ibv_poll_cq(d->cq, max, wc);
+	if (n < 0)
+		return -EIO;
+	copy_wc(out, wc, n);
+	return n;
+}
+
 /* sl_poll returns up to max completions, waiting up to timeout_ms for the
  * first: it polls, arms the CQ and polls again (a completion that arrived
  * before arming raises no event), then sleeps on the completion channel. It
@@ -327,7 +356,7 @@ int sl_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t addr, uint32_t len,
 int sl_poll(sl_dev *d, sl_wc *out, int max, int timeout_ms)
 {
 	struct ibv_wc wc[32];
-	int i, n;
+	int n;
 	if (max > 32)
 		max = 32;
 	for (;;) {
@@ -335,15 +364,7 @@ int sl_poll(sl_dev *d, sl_wc *out, int max, int timeout_ms)
 		if (n < 0)
 			return -EIO;
 		if (n > 0) {
-			for (i = 0; i < n; i++) {
-				out[i].wr_id = wc[i].wr_id;
-				out[i].status = wc[i].status;
-				out[i].opcode = wc[i].opcode;
-				out[i].byte_len = wc[i].byte_len;
-				out[i].qp_num = wc[i].qp_num;
-				out[i].vendor_err = wc[i].vendor_err;
-				out[i].wc_flags = wc[i].wc_flags;
-			}
+			copy_wc(out, wc, n);
 			return n;
 		}
 		if (!d->armed) {

@@ -80,6 +80,7 @@ int sl_qp_destroy(struct ibv_qp *qp);
 int sl_post_send(struct ibv_qp *qp, const sl_wr *wrs, int n);
 int sl_post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey);
 int sl_poll(sl_dev *d, sl_wc *out, int max, int timeout_ms);
+int sl_poll_now(sl_dev *d, sl_wc *out, int max);
 const char *sl_wc_status_str(int status);
 
 #endif
