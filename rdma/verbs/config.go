@@ -3,7 +3,10 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -72,3 +75,29 @@ type ServerConfig struct {
 // ErrNotBuilt is what every entry point returns in a build without the
 // verbs tag.
 var ErrNotBuilt = errors.New("verbs: this binary was built without RDMA support; rebuild with -tags verbs (needs libibverbs-dev): go build -tags verbs ./cmd/...")
+
+// DeviceCounters reads an RDMA device's own counters, the ones `rdma
+// statistic show` lists: /sys/class/infiniband/DEVICE/ports/PORT/hw_counters
+// (port 0 reads port 1). soft-RoCE's include sent_pkts and rcvd_pkts, every
+// packet it put on or took off the wire, acknowledgements included.
+func DeviceCounters(device string, port int) (map[string]uint64, error) {
+	if port <= 0 {
+		port = 1
+	}
+	dir := fmt.Sprintf("/sys/class/infiniband/%s/ports/%d/hw_counters", device, port)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: device counters: %w", err)
+	}
+	out := map[string]uint64{}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // some counters are write-only or vanish with the device
+		}
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			out[e.Name()] = v
+		}
+	}
+	return out, nil
+}

@@ -859,6 +859,23 @@ func (w Wire) Add(o Wire) Wire {
 		w.PeerSends + o.PeerSends, w.PeerAcks + o.PeerAcks, w.PeerRecvs + o.PeerRecvs, w.Handshakes + o.Handshakes}
 }
 
+// Packets is what w put on the wire, both directions counted, when every
+// message fits one packet (one MTU): a one-sided READ, WRITE or atomic is a
+// request and its response or acknowledgement; a CPU request is a SEND,
+// the transport's acknowledgement, the memory node's reply SEND and its
+// acknowledgement; a Send to a member, and the acknowledgement SEND the
+// member answers with, are a SEND and a transport acknowledgement each. On
+// one device in loopback (soft-RoCE in the test guest) the device both
+// sends and receives each of them.
+func (w Wire) Packets() uint64 {
+	return 2*(w.Reads+w.Writes+w.CASes+w.FAAs) + 4*w.CPURequests + 2*w.PeerSends + 2*w.PeerAcks
+}
+
+// SendMessages is how many SEND messages w accounts for: a CPU request
+// and its reply, a Send to a member and its acknowledgement (soft-RoCE
+// counts them as rdma_sends, and again as rdma_recvs where they land).
+func (w Wire) SendMessages() uint64 { return 2*w.CPURequests + w.PeerSends + w.PeerAcks }
+
 // Wire reads the endpoint's device-level counters.
 func (e *Endpoint) Wire() Wire {
 	c := &e.wire

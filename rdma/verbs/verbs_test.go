@@ -440,3 +440,110 @@ func BenchmarkVerbsOneSidedCASx16(b *testing.B) {
 }
 func BenchmarkVerbsCPUMaskedCAS(b *testing.B)    { benchVerb(b, verbs.LockTableCPU, 1, cpuMaskedCAS) }
 func BenchmarkVerbsCPUMaskedCASx16(b *testing.B) { benchVerb(b, verbs.LockTableCPU, 16, cpuMaskedCAS) }
+
+// hwDelta reads the device's counters before and after f.
+func hwDelta(t *testing.T, f func()) map[string]uint64 {
+	t.Helper()
+	dev := deviceName(t)
+	before, err := verbs.DeviceCounters(dev, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f()
+	after, err := verbs.DeviceCounters(dev, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := map[string]uint64{}
+	for k, v := range after {
+		d[k] = v - before[k]
+	}
+	return d
+}
+
+// TestVerbsDeviceCounters: what the endpoint counts it put on the wire
+// (Wire) is what the device counted, packet for packet, for each kind of
+// traffic: one-sided READ, WRITE, CAS and FAA, a batch as one chain, a
+// 16-byte masked CAS through the memory node's CPU, and a Send between
+// members with its acknowledgement. Nothing else uses the device while
+// it runs (no heartbeats: these endpoints do not beat).
+func TestVerbsDeviceCounters(t *testing.T) {
+	oneSided := startMemoryNode(t, memnode.Config{Entries: 64}, verbs.LockTableOneSided)
+	cpu := startMemoryNode(t, memnode.Config{Entries: 64}, verbs.LockTableCPU)
+	a, b := join(t, oneSided.addr, "a"), join(t, cpu.addr, "b")
+	c := join(t, cpu.addr, "c")
+	var ib rdma.Inbox
+	tgt, ch, _ := ib.Open()
+	c.Bind(ib.Deliver)
+	ctx := ctxT(t)
+	// Set the queue pair from b to c up first: handshakes go over TCP.
+	if err := b.Send(ctx, c.Node(), tgt, rdma.Payload{}); err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	const n = 100
+	var p8 [8]byte
+	for _, tc := range []struct {
+		name      string
+		ep        *verbs.Endpoint
+		op        func(i int) error
+		perOp     verbs.Wire // what one op should cost
+		packetsOp uint64
+	}{
+		{"one-sided CAS", a, func(i int) error { _, err := a.CAS(ctx, a.Layout().EntryAddr(1), 0, 0); return err }, verbs.Wire{CASes: 1}, 2},
+		{"one-sided FAA", a, func(i int) error { _, err := a.FAA(ctx, a.Layout().EntryAddr(1), 1); return err }, verbs.Wire{FAAs: 1}, 2},
+		{"one-sided READ", a, func(i int) error { return a.Read(ctx, a.Layout().EntryAddr(2), p8[:]) }, verbs.Wire{Reads: 1}, 2},
+		{"one-sided WRITE", a, func(i int) error { return a.Write(ctx, a.Layout().EntryAddr(2), p8[:]) }, verbs.Wire{Writes: 1}, 2},
+		{"batch of 3 READs", a, func(i int) error {
+			var bt rdma.Batch
+			for k := 0; k < 3; k++ {
+				bt.Read(a.Layout().EntryAddr(uint64(k)), make([]byte, 8))
+			}
+			return a.Post(ctx, &bt)
+		}, verbs.Wire{Reads: 3, Doorbells: 1}, 6},
+		{"16-byte masked CAS through the CPU", b, func(i int) error {
+			_, err := b.MaskedCAS128(ctx, b.Layout().EntryAddr(3), rdma.U128{}, rdma.U128{}, rdma.U128{Lo: uint64(i)}, allOnes)
+			return err
+		}, verbs.Wire{CPURequests: 1}, 4},
+		{"Send to a member", b, func(i int) error {
+			if err := b.Send(ctx, c.Node(), tgt, rdma.Payload{byte(i)}); err != nil {
+				return err
+			}
+			<-ch
+			return nil
+		}, verbs.Wire{PeerSends: 1}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w0 := tc.ep.Wire().Add(c.Wire())
+			d := hwDelta(t, func() {
+				for i := 0; i < n; i++ {
+					if err := tc.op(i); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			w := tc.ep.Wire().Add(c.Wire()).Sub(w0)
+			if w.Reads != n*tc.perOp.Reads || w.Writes != n*tc.perOp.Writes || w.CASes != n*tc.perOp.CASes || w.FAAs != n*tc.perOp.FAAs ||
+				w.CPURequests != n*tc.perOp.CPURequests || w.PeerSends != n*tc.perOp.PeerSends {
+				t.Fatalf("%d ops counted %+v, want %d × %+v", n, w, n, tc.perOp)
+			}
+			if tc.perOp.Doorbells != 0 && w.Doorbells != n*tc.perOp.Doorbells {
+				t.Fatalf("%d batches rang %d doorbells", n, w.Doorbells)
+			}
+			want := w.Packets()
+			if want != n*tc.packetsOp {
+				t.Fatalf("the packet model says %d packets for %d ops, want %d each", want, n, tc.packetsOp)
+			}
+			t.Logf("%d × %s: the device counted %v", n, tc.name, d)
+			// A request sent again (its answer was late) is answered
+			// again: two more packets, counted as a duplicate.
+			want += 2 * d["duplicate_request"]
+			if d["sent_pkts"] != want || d["rcvd_pkts"] != want {
+				t.Fatalf("the device sent %d and received %d packets; the endpoints' counters say %d (%+v)", d["sent_pkts"], d["rcvd_pkts"], want, w)
+			}
+			if s := w.SendMessages(); d["rdma_sends"] != s || d["rdma_recvs"] != s {
+				t.Fatalf("the device counted %d SENDs sent and %d received; the endpoints' counters say %d", d["rdma_sends"], d["rdma_recvs"], s)
+			}
+		})
+	}
+}
