@@ -58,21 +58,21 @@ func TestVerbsMutualExclusion(t *testing.T) {
 	t.Run("heavy", func(t *testing.T) {
 		ls, cs, eps := verbsCluster(t, 4, shiftlock.Config{Threshold: 4})
 		runTCPChecker(t, ls, cs, locktest.Workload{
-			Workers: 40, Entries: 4, ReadRatio: 0.5, Ops: 20, Seed: 21,
+			Workers: 80, Entries: 4, ReadRatio: 0.5, Ops: 25, Seed: 21,
 		}, 4+1)
 		check(t, eps)
 	})
 	t.Run("heavy-with-abandons", func(t *testing.T) {
 		ls, cs, eps := verbsCluster(t, 3, shiftlock.Config{Threshold: 4})
 		runTCPChecker(t, ls, cs, locktest.Workload{
-			Workers: 30, Entries: 3, ReadRatio: 0.5, Ops: 20, CancelRatio: 0.3, Seed: 22,
+			Workers: 60, Entries: 3, ReadRatio: 0.5, Ops: 25, CancelRatio: 0.3, Seed: 22,
 		}, 0)
 		check(t, eps)
 	})
 	t.Run("light", func(t *testing.T) {
 		ls, cs, eps := verbsCluster(t, 4, shiftlock.Config{})
 		runTCPChecker(t, ls, cs, locktest.Workload{
-			Workers: 50, Entries: 1000, Zipf: 1.2, ReadRatio: 0.5, Ops: 15, Seed: 23,
+			Workers: 100, Entries: 1000, Zipf: 1.2, ReadRatio: 0.5, Ops: 20, Seed: 23,
 		}, 16+1)
 		check(t, eps)
 	})

@@ -79,6 +79,11 @@ func TestVerbsBaselines(t *testing.T) {
 				}
 				chk := locktest.NewChecker(sh.entries)
 				chk.NoTokens = true
+				dev := testproc.VerbsDevice(t)
+				hw0, err := verbs.DeviceCounters(dev, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
 				res, err := locktest.Run(ctxT(t), locktest.Workload{
 					Clients: lockers, Workers: 40, Entries: sh.entries, ReadRatio: 0.5, Zipf: sh.zipf,
 					Ops: 20, Duration: 10 * time.Second, Seed: 7,
@@ -101,9 +106,23 @@ func TestVerbsBaselines(t *testing.T) {
 					t.Fatal("no acquisitions completed")
 				}
 				var w verbs.Wire
+				var l rdma.Snapshot
 				for _, ep := range eps {
 					w = w.Add(ep.Wire())
+					l = l.Add(ep.Counters().Snapshot())
 				}
+				// Every verb has completed; the device counted them all.
+				hw1, err := verbs.DeviceCounters(dev, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dup := hw1["duplicate_request"] - hw0["duplicate_request"]
+				if sent, want := hw1["sent_pkts"]-hw0["sent_pkts"], w.Packets()+2*dup; sent != want {
+					t.Fatalf("the device sent %d packets; the endpoints' wire counters say %d (%+v, %d retransmitted)", sent, want, w, dup)
+				}
+				per := func(x uint64) float64 { return float64(x) / float64(res.Ops) }
+				t.Logf("per cycle: %.2f atomics, %.2f READs, %.2f WRITEs (rdma counters); %.2f packets on the device",
+					per(l.OutAtomics()), per(l.Out[rdma.VerbRead]), per(l.Out[rdma.VerbWrite]), per(w.Packets()+2*dup))
 				t.Logf("%d cycles in %v; on the device: %+v%s", res.Ops, res.Elapsed.Round(time.Millisecond), w, dslrStats)
 				if mode == "one-sided" && (w.CPURequests != 0 || w.CASes+w.FAAs == 0) {
 					t.Fatalf("a one-sided lock used the memory node's CPU or no atomics: %+v", w)
