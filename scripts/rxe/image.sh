@@ -12,6 +12,7 @@
 # kept uncompressed, so that qemu boots it through its PVH entry and skips
 # the decompressor (about 3 s a boot under TCG).
 set -euo pipefail
+# Only the image's folder goes to stdout; everything else to stderr.
 here=$(cd "$(dirname "$0")" && pwd)
 key=$(cat "$here/image.sh" "$here/guest-init" | sha256sum | cut -c1-16)
 base=${SHIFTLOCK_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shiftlock/rxe}
@@ -59,7 +60,7 @@ else
   rm -f "$work/vmlinux"
   log "no uncompressed kernel; booting the bzImage (slower)"
 fi
-timeout 900 mkfs.ext4 -q -L rxeroot -d "$root" "$work/root.img" 2G
+timeout 900 mkfs.ext4 -q -L rxeroot -d "$root" "$work/root.img" 2G >&2
 rm -rf "$root"
 echo "$kver" >"$work/kernel-version"
 date -u +%FT%TZ >"$work/ready"

@@ -19,6 +19,7 @@ t0=$(now)
 "$here/deps.sh"
 t=$(now)
 img=$("$here/image.sh")
+[ -e "$img/ready" ] || { echo "test-verbs: image.sh named no image ($img)" >&2; exit 1; }
 echo "test-verbs: image $img ($(took "$t"))"
 
 tests=${RXE_TESTS:-"verbs=rdma/verbs:Verbs shiftlock=shiftlock:Verbs baseline=shiftlock/baseline:Verbs itest=itest:Verbs"}
