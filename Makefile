@@ -10,7 +10,7 @@ PKGS    := ./...
 FUZZTIME ?= 30000x
 FUZZMINTIME ?= 5s
 
-.PHONY: all build run test test-clients deps vet lint fuzz bench-fabric bench-proxy chaos clean static
+.PHONY: all build run test test-clients deps vet lint fuzz bench-fabric bench-proxy chaos clean static test-verbs build-verbs
 
 all: build
 
@@ -64,6 +64,21 @@ test-clients: deps build
 	$(GO) vet -tags clientsuites ./itest/upstream/
 	cd itest/upstream/tempredis && $(GO) vet .
 	$(KNOWN_DEFECTS) $(GO) test -tags clientsuites -count=1 -timeout 20m -v ./itest/upstream/
+
+# The verbs fabric (rdma/verbs) against the Linux kernel's soft-RoCE in a
+# qemu guest: the conformance suite, ShiftLock's checker, the CAS/DSLR/MCS
+# baselines, the device-counter accounting and a memnode with two proxies
+# and redsync clients, all over rxe0. Installs qemu, debootstrap and
+# libibverbs-dev when missing (as root, via apt), builds the guest image
+# once into ~/.cache/shiftlock/rxe (about 2.5 min), and boots it once per
+# run under TCG (scripts/rxe/test.sh).
+test-verbs:
+	./scripts/rxe/test.sh
+
+# The proxy and the memnode with RDMA support (-fabric verbs); needs
+# libibverbs-dev.
+build-verbs:
+	$(GO) build -tags verbs -o $(BIN)/ ./cmd/proxy ./cmd/memnode
 
 # Each fuzz target runs FUZZTIME (default 30000 executions, 3-10 s each here);
 # minimizing one new input is capped at FUZZMINTIME so a slow minimization of

@@ -86,7 +86,20 @@ type Config struct {
 	// validity serves nothing before its keeper has deposed it.
 	Valid func() bool
 
+	// Alloc, when set, provides every region's memory: size bytes, zeroed,
+	// as 8-byte words. A fabric that hands the regions to an RDMA device
+	// (rdma/verbs) allocates them outside Go's heap and registers them.
+	Alloc func(id rdma.RegionID, size uint64) []uint64
+
 	Logger *zap.Logger
+}
+
+// region allocates one region, on Alloc's memory if configured.
+func (c *Config) region(id rdma.RegionID, name string, size uint64) *rdma.Memory {
+	if c.Alloc == nil {
+		return rdma.NewMemory(id, name, size)
+	}
+	return rdma.NewMemoryOn(id, name, c.Alloc(id, size))
 }
 
 func (c *Config) defaults() {
@@ -211,9 +224,9 @@ func New(cfg Config) *Server {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		locks:   rdma.NewMemory(rdma.RegionLocks, "locks", cfg.Entries*16),
-		eras:    rdma.NewMemory(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
-		nodes:   rdma.NewMemory(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
+		locks:   cfg.region(rdma.RegionLocks, "locks", cfg.Entries*16),
+		eras:    cfg.region(rdma.RegionEras, "eras", (cfg.Eras+1)/2*16),
+		nodes:   cfg.region(rdma.RegionNodes, "nodes", uint64(cfg.MaxNodes+1)*rdma.NodeSlotSize),
 		state:   make([]atomic.Uint32, cfg.MaxNodes+1),
 		members: map[rdma.NodeID]*member{},
 		next:    1,
@@ -222,11 +235,14 @@ func New(cfg Config) *Server {
 		done:    make(chan struct{}),
 	}
 	if cfg.RangeBytes > 0 {
-		// Mapped outside the heap: the pool is large and mostly untouched,
-		// and in the heap it would raise the collector's goal by its size.
+		// Mapped outside the heap unless a fabric provides the memory: the
+		// pool is large and mostly untouched, and in the heap it would
+		// raise the collector's goal by its size.
 		size := (cfg.RangeBytes + 15) / 16 * 16
 		var err error
-		if s.ranges, err = rdma.NewMappedMemory(rdma.RegionRanges, "ranges", size); err != nil {
+		if cfg.Alloc != nil {
+			s.ranges = cfg.region(rdma.RegionRanges, "ranges", size)
+		} else if s.ranges, err = rdma.NewMappedMemory(rdma.RegionRanges, "ranges", size); err != nil {
 			s.log.Warn("range trees in the heap", zap.Error(err))
 			s.ranges = rdma.NewMemory(rdma.RegionRanges, "ranges", size)
 		}

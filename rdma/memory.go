@@ -40,6 +40,18 @@ func NewMemory(id RegionID, name string, size uint64) *Memory {
 	return &Memory{id: id, name: name, words: make([]uint64, size/8), locks: new([stripes]stripe)}
 }
 
+// NewMemoryOn registers a region on words, which the caller allocated
+// zeroed: memory that a NIC can be given. rdma/verbs registers regions with
+// an RDMA device, which needs memory outside Go's heap (the device keeps
+// writing it after any call returns). len(words) must be even, so that the
+// region is whole 16-byte entries.
+func NewMemoryOn(id RegionID, name string, words []uint64) *Memory {
+	if len(words)%2 != 0 {
+		panic(fmt.Sprintf("rdma: region %q of %d words is not whole 16-byte entries", name, len(words)))
+	}
+	return &Memory{id: id, name: name, words: words, locks: new([stripes]stripe)}
+}
+
 func (m *Memory) ID() RegionID     { return m.id }
 func (m *Memory) Name() string     { return m.name }
 func (m *Memory) Size() uint64     { return uint64(len(m.words)) * 8 }

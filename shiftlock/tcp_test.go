@@ -41,6 +41,12 @@ func runTCPChecker(t *testing.T, ls []shiftlock.Locker, cs []*shiftlock.Client, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i, c := range cs {
+		st := c.Stats()
+		t.Logf("client %d: %d exclusive and %d shared grants, %d waits, %d handovers, %d abandoned, %d resets, %d recovery requests, %d lost",
+			i, st.ExclusiveGrants.Load(), st.SharedGrants.Load(), st.Waits.Load(), st.Handovers.Load(), st.Abandoned.Load(),
+			st.Resets.Load(), st.RecoveryRequests.Load(), st.Lost.Load())
+	}
 	for _, c := range cs {
 		c.Close(ctxT(t))
 	}

@@ -50,6 +50,16 @@ type config struct {
 	// the network with no FabricSecretFile, where anyone who reaches it
 	// owns every lock. Without it, such a configuration is refused.
 	FabricInsecure bool `yaml:"fabric_insecure"`
+	// Fabric is how proxies reach the regions: "tcp" (tcpfab, the
+	// default), or "verbs": RDMA queue pairs on VerbsDevice (rdma/verbs,
+	// a binary built with -tags verbs), set up over the TCP listen
+	// address. VerbsLockTable is "auto", "cpu" or "one-sided"
+	// (verbs.LockTableMode).
+	Fabric         string `yaml:"fabric"`
+	VerbsDevice    string `yaml:"verbs_device"`
+	VerbsPort      int    `yaml:"verbs_port"`
+	VerbsGID       string `yaml:"verbs_gid"`
+	VerbsLockTable string `yaml:"verbs_lock_table"`
 
 	// Etcd, when set, keeps the shard's control state in etcd instead of
 	// StateDir: the node campaigns for Shard and serves only while it is
@@ -122,6 +132,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
 	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served, so listen must be loopback)")
 	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "serve a listen address reachable from the network with no fabric secret: anyone who reaches it owns every lock")
+	fs.StringVar(&f.Fabric, "fabric", "tcp", `how proxies reach the regions: "tcp" or "verbs" (RDMA; a binary built with -tags verbs)`)
+	fs.StringVar(&f.VerbsDevice, "verbs-device", "", `RDMA device for -fabric verbs (ibv_devices; "" for the first)`)
+	fs.IntVar(&f.VerbsPort, "verbs-port", 0, "port of the RDMA device (0 for 1)")
+	fs.StringVar(&f.VerbsGID, "verbs-gid", "", `GID index on the RDMA port ("" picks an IPv4 RoCE v2 GID)`)
+	fs.StringVar(&f.VerbsLockTable, "verbs-lock-table", "auto", `with -fabric verbs: "cpu" (the lock table through this node's CPU, for devices without extended atomics), "one-sided" (standard 8-byte verbs only: CAS and DSLR locks, no recovery) or "auto" (cpu)`)
 	var etcd string
 	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints: keep the shard's state there and fail over between memory nodes")
 	fs.StringVar(&f.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
@@ -174,6 +189,16 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			cfg.FabricSecretFile = f.FabricSecretFile
 		case "fabric-insecure":
 			cfg.FabricInsecure = f.FabricInsecure
+		case "fabric":
+			cfg.Fabric = f.Fabric
+		case "verbs-device":
+			cfg.VerbsDevice = f.VerbsDevice
+		case "verbs-port":
+			cfg.VerbsPort = f.VerbsPort
+		case "verbs-gid":
+			cfg.VerbsGID = f.VerbsGID
+		case "verbs-lock-table":
+			cfg.VerbsLockTable = f.VerbsLockTable
 		case "etcd":
 			cfg.Etcd = splitList(etcd)
 		case "shard":
@@ -205,6 +230,10 @@ func (c config) validate() error {
 		return errors.New("listen address is required")
 	case c.FabricSecretFile == "" && !c.FabricInsecure && !procutil.Loopback(c.Listen):
 		return fmt.Errorf("listen %s is reachable from the network and fabric_secret_file is not set: anyone who reaches it could read, free and forge every lock. %s", c.Listen, procutil.FabricFix)
+	case c.Fabric != "" && c.Fabric != "tcp" && c.Fabric != "verbs":
+		return fmt.Errorf("fabric must be \"tcp\" or \"verbs\", got %q", c.Fabric)
+	case c.Fabric == "verbs" && len(c.Etcd) > 0:
+		return errors.New("fabric verbs with etcd (failover) is not supported yet: use a state directory")
 	case c.Entries == 0:
 		return errors.New("entries must be positive")
 	case c.Eras == 0:

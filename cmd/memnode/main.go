@@ -31,7 +31,9 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+	"github.com/shiftlock/shiftlock-proxy/rdma/verbs"
 )
 
 func main() {
@@ -94,6 +96,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(cfg.Etcd) > 0 {
 		return runHA(ctx, cfg, mcfg, log, stdout)
 	}
+	var vs *verbs.Server
+	if cfg.Fabric == "verbs" {
+		mode, err := verbs.ParseLockTableMode(cfg.VerbsLockTable)
+		if err == nil {
+			vs, err = verbs.NewServer(verbs.ServerConfig{
+				DeviceConfig: verbs.DeviceConfig{Device: cfg.VerbsDevice, Port: cfg.VerbsPort, GID: cfg.VerbsGID},
+				LockTable:    mode, Logger: log.Named("verbs")})
+		}
+		if err != nil {
+			log.Error("verbs", zap.Error(err))
+			return 1
+		}
+		// The regions live where the device can be given them.
+		mcfg.Alloc = vs.Alloc
+	}
 	host := memnode.New(mcfg)
 	defer host.Close()
 
@@ -102,11 +119,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("listen", zap.Error(err))
 		return 1
 	}
-	srv, err := fabricServer(host, cfg, ln, log)
+	var served rdma.Host = host
+	if vs != nil {
+		served = vs.Host(host)
+	}
+	srv, err := fabricServer(served, cfg, ln, log)
 	if err != nil {
 		_ = ln.Close()
 		log.Error("fabric secret", zap.Error(err))
 		return 1
+	}
+	if vs != nil {
+		// After the TCP server, whose ATTACH requests set members' queue
+		// pairs up, and closed after it (deferred first, runs last).
+		defer vs.Close()
+		if err := vs.Serve(host, srv); err != nil {
+			_ = ln.Close()
+			log.Error("verbs", zap.Error(err))
+			return 1
+		}
 	}
 
 	var metrics *procutil.MetricsServer
@@ -120,19 +151,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "metrics on %s\n", metrics.Addr())
 	}
 
-	log.Info("memnode listening", zap.String("addr", ln.Addr().String()),
+	log.Info("memnode listening", zap.String("addr", ln.Addr().String()), zap.String("fabric", cfg.Fabric),
 		zap.Uint64("entries", cfg.Entries), zap.Uint64("eras", cfg.Eras), zap.Int("max_nodes", cfg.MaxNodes),
 		zap.Duration("heartbeat_interval", cfg.HeartbeatInterval), zap.Duration("dead_after", cfg.DeadAfter),
 		zap.Bool("paper_recovery", cfg.PaperRecovery))
 	fmt.Fprintf(stdout, "memnode listening on %s\n", ln.Addr())
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
 	code := 0
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case err := <-served:
+	case err := <-serveErr:
 		log.Error("serve", zap.Error(err))
 		code = 1
 	}
@@ -143,7 +174,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // fabricServer serves host's verbs on ln, behind the fabric secret if one
 // is configured.
-func fabricServer(host *memnode.Server, cfg config, ln net.Listener, log *zap.Logger) (*tcpfab.Server, error) {
+func fabricServer(host rdma.Host, cfg config, ln net.Listener, log *zap.Logger) (*tcpfab.Server, error) {
 	srv := tcpfab.NewServer(host, log)
 	secret, err := procutil.ReadSecret(cfg.FabricSecretFile)
 	if err != nil {

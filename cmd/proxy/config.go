@@ -69,6 +69,14 @@ type config struct {
 	// loopback), where anyone who reaches those ports owns every lock.
 	// Without it, such a configuration is refused (openFabric).
 	FabricInsecure bool `yaml:"fabric_insecure"`
+	// Fabric carries the verbs to memory nodes: "tcp" (tcpfab, the
+	// default) or "verbs" (rdma/verbs: RDMA queue pairs on VerbsDevice,
+	// in a binary built with -tags verbs). Set-up and the control path go
+	// over TCP either way, behind the fabric secret.
+	Fabric      string `yaml:"fabric"`
+	VerbsDevice string `yaml:"verbs_device"`
+	VerbsPort   int    `yaml:"verbs_port"`
+	VerbsGID    string `yaml:"verbs_gid"`
 	// MaxOutputBytes caps the replies waiting for one client's socket.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 	// MaxClients caps connected clients, as Redis's maxclients.
@@ -251,6 +259,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the TLS port")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
 	fs.StringVar(&f.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
+	fs.StringVar(&f.Fabric, "fabric", "tcp", `how verbs reach memory nodes: "tcp" or "verbs" (RDMA; a binary built with -tags verbs)`)
+	fs.StringVar(&f.VerbsDevice, "verbs-device", "", `RDMA device for -fabric verbs (ibv_devices; "" for the first)`)
+	fs.IntVar(&f.VerbsPort, "verbs-port", 0, "port of the RDMA device (0 for 1)")
+	fs.StringVar(&f.VerbsGID, "verbs-gid", "", `GID index on the RDMA port ("" picks an IPv4 RoCE v2 GID)`)
 	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies (none: the fabric must stay on loopback)")
 	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "run the fabric (peer port, memory nodes) across the network with no secret: anyone who reaches it owns every lock")
 	fs.IntVar(&f.MaxOutputBytes, "max-output-bytes", cfg.MaxOutputBytes, "replies waiting for one client's socket at most; past it the client is disconnected")
@@ -303,6 +315,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	over("max-output-bytes", func() { cfg.MaxOutputBytes = f.MaxOutputBytes })
 	over("fabric-secret-file", func() { cfg.FabricSecretFile = f.FabricSecretFile })
 	over("fabric-insecure", func() { cfg.FabricInsecure = f.FabricInsecure })
+	over("fabric", func() { cfg.Fabric = f.Fabric })
+	over("verbs-device", func() { cfg.VerbsDevice = f.VerbsDevice })
+	over("verbs-port", func() { cfg.VerbsPort = f.VerbsPort })
+	over("verbs-gid", func() { cfg.VerbsGID = f.VerbsGID })
 	over("tls-listen", func() { cfg.TLSListen = f.TLSListen })
 	over("tls-cert-file", func() { cfg.TLSCertFile = f.TLSCertFile })
 	over("tls-key-file", func() { cfg.TLSKeyFile = f.TLSKeyFile })
@@ -360,6 +376,15 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.embedded() && cfg.StateDir == "" {
 		return config{}, errEmbeddedNeedsState
+	}
+	switch cfg.Fabric {
+	case "", "tcp":
+	case "verbs":
+		if cfg.embedded() {
+			return config{}, errors.New("fabric verbs needs memory nodes to reach (memnodes or shards): the embedded memory node is in-process")
+		}
+	default:
+		return config{}, fmt.Errorf("fabric must be \"tcp\" or \"verbs\", got %q", cfg.Fabric)
 	}
 	for _, sh := range cfg.Shards {
 		if err := ha.ValidShard(sh); err != nil {

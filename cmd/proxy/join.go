@@ -15,6 +15,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+	"github.com/shiftlock/shiftlock-proxy/rdma/verbs"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -232,7 +233,7 @@ func members(cfg config, log *zap.Logger) ([]*member, func(), error) {
 		addr := addr
 		ms = append(ms, &member{index: i, name: addr, cfg: slcfg, log: log, recognise: cfg.recognisesOwners(),
 			join: func(ctx context.Context) (rdma.Endpoint, error) {
-				ep, err := tcpfab.Dial(ctx, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
+				ep, err := dialFabric(ctx, cfg, addr, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 				if err != nil {
 					return nil, fmt.Errorf("memnode %s: %w", addr, err)
 				}
@@ -277,7 +278,7 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 				}
 				log.Warn("fabric_insecure: joining a memory node across the network with no fabric secret", zap.String("shard", shard), zap.String("memnode", rec.Active))
 			}
-			ep, err := tcpfab.Dial(ctx, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
+			ep, err := dialFabric(ctx, cfg, rec.Active, tcpfab.Config{Name: cfg.Name, PeerListen: peer, Advertise: cfg.Advertise, Logger: log.Named("tcpfab"), Secret: secret, Refusals: &peerRefusals})
 			if err != nil {
 				return nil, fmt.Errorf("shard %s, memnode %s: %w", shard, rec.Active, err)
 			}
@@ -293,6 +294,24 @@ func shardMembers(cfg config, slcfg shiftlock.Config, secret []byte, log *zap.Lo
 		ms = append(ms, mb)
 	}
 	return ms, func() { cancel(); _ = cli.Close() }, nil
+}
+
+// dialFabric joins the memory node at addr on the configured fabric: tcpfab,
+// or RDMA queue pairs (rdma/verbs), which set up over the same TCP control
+// port with the same secret.
+func dialFabric(ctx context.Context, cfg config, addr string, tc tcpfab.Config) (rdma.Endpoint, error) {
+	if cfg.Fabric != "verbs" {
+		ep, err := tcpfab.Dial(ctx, addr, tc)
+		if err != nil {
+			return nil, err
+		}
+		return ep, nil
+	}
+	tc.Logger = tc.Logger.Named("verbs")
+	return verbs.Join(ctx, addr, verbs.Config{
+		DeviceConfig: verbs.DeviceConfig{Device: cfg.VerbsDevice, Port: cfg.VerbsPort, GID: cfg.VerbsGID},
+		Control:      tc,
+	})
 }
 
 // errOpenFabric is a join refused because it would run the fabric across

@@ -52,9 +52,23 @@ func Root() (string, error) {
 	}
 }
 
-// Bin builds cmd/<name> once per test process and returns its path.
+// BinEnv names the environment variable that points tests at binaries
+// built beforehand instead of building cmd/<name> themselves: make
+// test-verbs builds them with -tags verbs on the host and runs the tests in
+// a guest with no Go toolchain.
+const BinEnv = "SHIFTLOCK_TEST_BIN"
+
+// Bin builds cmd/<name> once per test process and returns its path (or
+// returns $SHIFTLOCK_TEST_BIN/<name>, see BinEnv).
 func Bin(t testing.TB, name string) string {
 	t.Helper()
+	if dir := os.Getenv(BinEnv); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v", BinEnv, dir, err)
+		}
+		return p
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if buildDir == "" {
@@ -288,6 +302,29 @@ func Memnode(t testing.TB, args ...string) *Proc {
 		base = append(base, "-state-dir", t.TempDir())
 	}
 	return Start(t, "memnode", Bin(t, "memnode"), append(base, args...), MemnodeReady)
+}
+
+// VerbsDeviceEnv names the RDMA device that tests of the verbs fabric
+// (built with -tags verbs) run on; make test-verbs sets it to the guest's
+// soft-RoCE device.
+const VerbsDeviceEnv = "SHIFTLOCK_VERBS_DEVICE"
+
+// VerbsDevice is $SHIFTLOCK_VERBS_DEVICE. A verbs test without it fails
+// rather than skips: it exists to run against a device.
+func VerbsDevice(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv(VerbsDeviceEnv)
+	if d == "" {
+		t.Fatalf("%s is not set: name the RDMA device to test on (make test-verbs runs these tests against soft-RoCE in a guest)", VerbsDeviceEnv)
+	}
+	return d
+}
+
+// VerbsMemnode starts cmd/memnode serving its regions over RDMA on
+// VerbsDevice (the binary must be built with -tags verbs: see BinEnv).
+func VerbsMemnode(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	return Memnode(t, append([]string{"-fabric", "verbs", "-verbs-device", VerbsDevice(t)}, args...)...)
 }
 
 // hasFlag reports whether args give one of the flags named.

@@ -373,6 +373,29 @@ func (e *Endpoint) fetchPeers(ctx context.Context) ([]rdma.Peer, error) {
 	return ps, err
 }
 
+// Attach sends an ATTACH request over the control connection (behind the
+// fabric secret, if any) and returns the memory node's reply body: how
+// another fabric (rdma/verbs) sets up its own connection to the memory node.
+func (e *Endpoint) Attach(ctx context.Context, req []byte) ([]byte, error) {
+	if err := e.check(ctx); err != nil {
+		return nil, err
+	}
+	var rep []byte
+	err := e.controlCall(ctx, tAttach, req, func(p []byte) error {
+		rep = append([]byte(nil), p...)
+		return nil
+	})
+	if err == nil {
+		e.ctrs.Out(rdma.VerbControl)
+	}
+	return rep, err
+}
+
+// Broken is closed once the control connection to the memory node has
+// failed (the memory node died or cut it): a fabric layered on this one
+// fails its own verbs then, as this endpoint's do.
+func (e *Endpoint) Broken() <-chan struct{} { return e.mn.broken }
+
 type control struct{ e *Endpoint }
 
 func (c control) Peers(ctx context.Context) ([]rdma.Peer, error) {

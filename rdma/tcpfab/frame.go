@@ -32,6 +32,10 @@ const (
 	tProbeReply uint8 = 0x07
 	// tRange is a range-lock name's control call (rdma.RangeRequest).
 	tRange uint8 = 0x08
+	// tAttach carries another fabric's connection set-up (rdma/verbs:
+	// queue pair numbers, GIDs, remote keys) over this authenticated
+	// control connection; the server hands its body to Server.OnAttach.
+	tAttach uint8 = 0x09
 	// tSend travels only between nodes, on the peer port.
 	tSend uint8 = 0x10
 
@@ -44,6 +48,7 @@ const (
 	tRangeReply   = tRange | replyBit
 	tVerbReply    = tVerb | replyBit
 	tBatchReply   = tBatch | replyBit
+	tAttachReply  = tAttach | replyBit
 	// tProbe is the memory node asking a member about an entry.
 	tProbe    = tProbeReply | replyBit
 	tSendAck  = tSend | replyBit

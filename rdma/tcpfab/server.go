@@ -37,6 +37,25 @@ type Server struct {
 
 	refused      Refusals
 	acceptFailed atomic.Uint64
+
+	attach AttachFunc // OnAttach
+}
+
+// AttachFunc sets up another fabric's connection for a joined member, over
+// this control connection and so behind the fabric secret (rdma/verbs
+// exchanges queue pair numbers, GIDs and remote keys this way). It gets the
+// member's NodeID, the host it connects from and the request body, and
+// returns the reply body and a function that tears the set-up down; the
+// server calls it once, when the member leaves or its control connection
+// ends, whichever is first. ctx ends with the connection.
+type AttachFunc func(ctx context.Context, node rdma.NodeID, from string, req []byte) (rep []byte, detach func(), err error)
+
+// OnAttach installs fn as the handler of ATTACH requests (PROTOCOL.md).
+// Without one they are refused. Call it before Serve.
+func (s *Server) OnAttach(fn AttachFunc) {
+	s.mu.Lock()
+	s.attach = fn
+	s.mu.Unlock()
 }
 
 // AcceptFailures counts accepts that failed and were retried (out of file
@@ -235,6 +254,21 @@ type sconn struct {
 	cancel context.CancelFunc
 	gone   chan struct{}
 	calls  sync.WaitGroup
+
+	dmu     sync.Mutex
+	detach  []func() // of the ATTACH set-ups made on this connection
+	leaving bool     // no more set-ups: the member left or the connection ended
+}
+
+// detachAll tears down every ATTACH set-up of the connection, once.
+func (sc *sconn) detachAll() {
+	sc.dmu.Lock()
+	fs := sc.detach
+	sc.detach, sc.leaving = nil, true
+	sc.dmu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 func (sc *sconn) serve() {
@@ -244,6 +278,7 @@ func (sc *sconn) serve() {
 		close(sc.gone)
 		_ = sc.c.Close()
 		sc.calls.Wait()
+		sc.detachAll()
 		sc.srv.mu.Lock()
 		delete(sc.srv.conns, sc)
 		if sc.joined && sc.srv.byNode[sc.node] == sc {
@@ -319,6 +354,7 @@ func (sc *sconn) handle(h header, body []byte) {
 		sc.srv.mu.Unlock()
 		sc.reply(tJoinReply, h.ID, func(b []byte) []byte { return appendJoinReply(b, rep) })
 	case tLeave:
+		sc.detachAll()
 		host.Leave(sc.node)
 		sc.srv.mu.Lock()
 		if sc.srv.byNode[sc.node] == sc {
@@ -372,6 +408,44 @@ func (sc *sconn) handle(h header, body []byte) {
 			return
 		}
 		sc.reply(tRangeReply, h.ID, func(b []byte) []byte { return appendRangeReply(b, rep) })
+	case tAttach:
+		sc.srv.mu.Lock()
+		fn := sc.srv.attach
+		sc.srv.mu.Unlock()
+		if fn == nil {
+			sc.replyErr(h.ID, fmt.Errorf("%w: this memory node serves no other fabric (attach)", rdma.ErrBadRequest))
+			return
+		}
+		if err := host.Admit(sc.node); err != nil {
+			sc.replyErr(h.ID, err)
+			return
+		}
+		// Setting up queue pairs takes the device's time; the reader goes on.
+		req := append([]byte(nil), body...)
+		sc.calls.Add(1)
+		go func() {
+			defer sc.calls.Done()
+			rep, detach, err := fn(sc.ctx, sc.node, joinSource(sc.c.RemoteAddr()), req)
+			if err == nil && detach != nil {
+				sc.dmu.Lock()
+				if sc.leaving {
+					err = fmt.Errorf("%w: node %d left during attach", rdma.ErrUnreachable, sc.node)
+				} else {
+					sc.detach = append(sc.detach, detach)
+					detach = nil
+				}
+				sc.dmu.Unlock()
+				if detach != nil {
+					detach()
+				}
+			}
+			if err != nil {
+				sc.replyErr(h.ID, err)
+			} else {
+				sc.reply(tAttachReply, h.ID, func(b []byte) []byte { return append(b, rep...) })
+			}
+			_ = sc.s.flush()
+		}()
 	case tProbeReply:
 		d := decoder{b: body}
 		hold := rdma.Hold(d.u8())
