@@ -11,11 +11,6 @@ import (
 // failures. Whoever fixes a defect removes its variable from the Makefile
 // (and the skip from the test) in the same commit.
 const (
-	// knownHOL: a command waiting in a lock's queue holds up every later
-	// command of its connection (issue 33 item 1), which clients that
-	// multiplex callers over one connection (ioredis, node-redis) cannot
-	// live with.
-	knownHOL = "SHIFTLOCK_KNOWN_HOL"
 	// knownExtendRace: one RedLock client's requests through several
 	// proxies on one memory node are refused when the proxies' owner
 	// recognition outlasts the request's wait budget (issue 33 item 3).
