@@ -197,8 +197,17 @@ func (ls *Lease) confirmed(h time.Duration) bool {
 	return !ls.ep.Layout().Persistent || h <= ls.hb.Confirmed()
 }
 
-// awaitConfirm polls the node slot until the memory node confirms h: it does
-// so on its next sweep after saving (about a heartbeat interval).
+// confirmPatience is how long a grant waits for the memory node to confirm
+// the horizon it needs before it is refused. The memory node confirms on
+// its next sweep after saving, about a heartbeat interval when its disk and
+// CPU are idle; on a loaded machine a save (an fsync) or the sweep's turn
+// takes seconds, and a refusal then is an error a client sees for a lock it
+// could have had a moment later. A memory node that cannot save at all is
+// reported after this long.
+const confirmPatience = 10 * time.Second
+
+// awaitConfirm polls the node slot until the memory node confirms h, or
+// ctx ends, or confirmPatience (at least 10 heartbeats) has passed.
 func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
 	if ls.confirmed(h) {
 		return nil
@@ -206,7 +215,7 @@ func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
 	l := ls.ep.Layout()
 	slot := l.NodeSlotAddr(ls.ep.Node())
 	addr := rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotConfirmed}
-	deadline := time.Now().Add(10 * l.HeartbeatInterval)
+	deadline := time.Now().Add(max(10*l.HeartbeatInterval, confirmPatience))
 	ls.hb.StartConfirm()
 	for {
 		var b [8]byte

@@ -135,3 +135,44 @@ func TestConfirmationIsNotReusedAfterTheHorizonFell(t *testing.T) {
 		t.Fatalf("a %v grant was covered while the saved horizon is %v: a restart now would grant its lock again", ttl, s)
 	}
 }
+
+// slowStore is a state directory on a disk (or a CPU) so busy that a save
+// takes delay.
+type slowStore struct {
+	memnode.StateStore
+	delay time.Duration
+}
+
+func (s slowStore) Update(f func(*memnode.State) bool) error {
+	time.Sleep(s.delay)
+	return s.StateStore.Update(f)
+}
+
+// TestSlowSaveDelaysAGrantButDoesNotRefuseIt: a memory node whose saves
+// take 30 heartbeats confirms a longer horizon late, and the grant that
+// needs it waits for it. Before, the lease gave up after 10 heartbeats (1 s
+// on the defaults), and a client's first lock on a loaded CI machine was
+// refused with "ERR lockmap: no lease with the memory node: the memory node
+// has not confirmed a 2.25s lease horizon" (itest/redislock010).
+func TestSlowSaveDelaysAGrantButDoesNotRefuseIt(t *testing.T) {
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = slowStore{cfg.Store, 600 * time.Millisecond}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := NewLease(ep)
+	t.Cleanup(ls.Stop)
+	const ttl = 1500 * time.Millisecond
+	if err := ls.Cover(context.Background(), time.Now().Add(ttl), ttl); err != nil {
+		t.Fatalf("a grant while the memory node saves slowly: %v", err)
+	}
+	if s := time.Duration(cfg.Store.Get().MaxHorizonMs) * time.Millisecond; s < ttl {
+		t.Fatalf("a %v grant was covered while the saved horizon is %v", ttl, s)
+	}
+}
