@@ -8,7 +8,7 @@
 # tcpfab run of the skewed WI/RI workloads, Zipf WI at other caps, and the
 # failure series on memfab. First in every configuration, the model: memfab
 # with the paper's timing (2 µs verbs, 3 µs Sends, 270 ns per atomic on one
-# address, 32M verbs/s at the memory node) on testing/synctest's fake clock (rdma/latfab, lockbench TestModel),
+# address, 32M verbs/s at the memory node) on testing/synctest's fake clock (bench/rdma/latfab, lockbench TestModel),
 # where the hottest Zipf key's serial service binds as on the paper's
 # testbed; its targets are judged first.
 # Rounds are interleaved (every configuration once per round) so that load
@@ -21,7 +21,7 @@
 # MODEL_WARMUP, MODEL_WARMUP_CASB, MODEL_ATOMIC. About 30 minutes with the
 # defaults.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-3s}
@@ -61,7 +61,7 @@ for b in lockbench memnode; do
 done
 # The model fabric runs on testing/synctest's fake clock, which only a test
 # can start: TestModel, built once into a binary.
-go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
+(cd bench && go test -c -o ../bin/lockbench-model ./cmd/lockbench) || exit 1
 
 # The memnode gets CPU 0 and one P; lockbench the other CPU, so the two
 # never compete for a core (on a 1-CPU machine both share it).
@@ -85,7 +85,7 @@ echo "bench-micro: memfab $MEMFAB_P; tcpfab $TCP_P"
 
 n=0
 failed=0
-# model runs one measurement on the model fabric (cmd/lockbench TestModel):
+# model runs one measurement on the model fabric (bench/cmd/lockbench TestModel):
 # the paper's timing (MODEL_VERB round trip, MODEL_SEND per message,
 # MODEL_IOPS at the memory node), every client its own node so that every
 # handover crosses the fabric, and ShiftLock polling about once per round

@@ -13,7 +13,7 @@
 # section of docs/benchmarks.md (intro: docs/bench/model-sens.md). Knobs:
 # RUNS, DURATION, WARMUP, CASB_WARMUP, SENDS, THINKS, ATOMIC.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10ms}
@@ -31,7 +31,7 @@ CSV=$OUT/sens.csv
 LABEL=sens-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
 MODEL_FLAGS="-nodes 240 -iops-cap 32000000 -reader-poll rtt -keys zipf:0.99 -model-atomic $ATOMIC -artifact-omega"
-. scripts/model-run.sh
+. bench/scripts/model-run.sh
 
 VARIANTS=(shiftlock shiftlock-pipelined shiftlock-nobump)
 for r in $(seq 1 "$RUNS"); do

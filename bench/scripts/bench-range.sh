@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CITRON's microbenchmarks (FAST '23 §4.2, Fig. 6 and 7) on the model
-# fabric (rdma/latfab on testing/synctest's fake clock: 2 µs verbs, a
+# fabric (bench/rdma/latfab on testing/synctest's fake clock: 2 µs verbs, a
 # memory node of 32M verbs/s, as make bench-micro's model): CITRON
 # (package rangelock, no fencing tokens, as the paper) against static
 # segmentation over DSLR (CITRON Table 1's SS) with segments of exactly
@@ -10,7 +10,7 @@
 # overlap) and half the requests shared. 96 clients (CITRON §4.4), a tree
 # of depth 8 (N = 4,194,304 units), 3 rounds, each on a memory node with the model's verb budget and on one without, about 5 minutes.
 #
-# Then the same workloads the way a user takes range locks (cmd/rangebench):
+# Then the same workloads the way a user takes range locks (bench/cmd/rangebench):
 # LOCK.RANGE.* over RESP through real proxy processes, on a memnode process
 # (one proxy, and two) and on the embedded memory node, RUNS rounds of
 # PROXY_DURATION each, about 3 minutes more.
@@ -20,7 +20,7 @@
 # WARMUP, CLIENTS, WAIT (CITRON's T_wait; see the intro for why not 15 µs),
 # PROXY_CLIENTS, PROXY_DURATION.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10ms}
@@ -32,7 +32,7 @@ CSV=$OUT/range.csv
 LABEL=range-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
 MODEL_FLAGS="-clients $CLIENTS -nodes 3 -entries 4194304 -range-depth 8"
-. scripts/model-run.sh
+. bench/scripts/model-run.sh
 
 # Two memory nodes: the model's 32M verbs/s (ShiftLock's testbed), where
 # CITRON's T_wait must be WAIT; and one without a verb budget, with the
@@ -65,7 +65,8 @@ done
 table range citron
 
 # The range-lock path a user takes, through the proxy.
-go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/rangebench || exit 1
+go build -o bin/ ./cmd/proxy ./cmd/memnode || exit 1
+(cd bench && go build -o ../bin/ ./cmd/rangebench) || exit 1
 bin/rangebench -proxy-bin bin/proxy -memnode-bin bin/memnode -runs "$RUNS" -clients "${PROXY_CLIENTS:-32}" \
 	-duration "${PROXY_DURATION:-4s}" -doc docs/benchmarks.md || exit 1
 echo "bench-range: wrote docs/benchmarks.md (section range-proxy)"

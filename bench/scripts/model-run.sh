@@ -1,14 +1,14 @@
 # Sourced by the model-fabric benchmark scripts (bench-range.sh,
 # bench-fisslock.sh, bench-model-sens.sh). model runs one lockbench
-# measurement on the model fabric (cmd/lockbench TestModel, built into
+# measurement on the model fabric (bench/cmd/lockbench TestModel, built into
 # bin/lockbench-model): the paper's timing (2 µs verbs, 3 µs Sends), the
 # script's MODEL_FLAGS and the arguments, each overriding what comes before
 # it; the row goes to $CSV under $LABEL, and a line of progress to stdout. The sourcing script sets CSV, LABEL, OUT, DURATION, WARMUP and
 # MODEL_FLAGS; n and failed count runs and failures. table renders the
 # grid into its section of docs/benchmarks.md at the end.
 
-go build -o bin/lockbench ./cmd/lockbench || exit 1
-go test -c -o bin/lockbench-model ./cmd/lockbench || exit 1
+(cd bench && go build -o ../bin/lockbench ./cmd/lockbench) || exit 1
+(cd bench && go test -c -o ../bin/lockbench-model ./cmd/lockbench) || exit 1
 
 start=$(date +%s)
 n=0

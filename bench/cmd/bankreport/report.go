@@ -18,7 +18,7 @@ import (
 const docSection = "smallbank"
 
 func reportCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bank report", flag.ContinueOnError)
+	fs := flag.NewFlagSet("bankreport", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	in := fs.String("in", "out/bank", "directory of run results (*.json, written by bank run -out)")
 	img := fs.String("img", "", "directory for the PNG figures (none if empty)")

@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shiftlock/shiftlock-proxy/chaos"
+	"github.com/shiftlock/shiftlock-proxy/bench/chaos"
 	"github.com/shiftlock/shiftlock-proxy/internal/docsection"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/rdma/latfab"
 	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/latfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 )

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline/fisslock"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline/fisslock"
 )
 
 // params are the resolved lock parameters of a run.

@@ -1,6 +1,6 @@
 // Command lockbench runs the microbenchmarks of ShiftLock §4.2 (Fig. 4-6)
 // and §4.8 (Fig. 13): clients repeatedly acquire a lock and release it, on
-// ShiftLock or one of its baselines (shiftlock/baseline), over memfab or a
+// ShiftLock or one of its baselines (bench/shiftlock/baseline), over memfab or a
 // real memnode process.
 //
 //	lockbench -lock shiftlock -fabric tcp -workload WI -keys zipf:0.99 -csv out/micro.csv
@@ -9,7 +9,7 @@
 //
 // A run reports goodput (acquire-release cycles per second), acquire latency
 // percentiles for readers and writers, and the verbs per cycle read from the
-// client endpoints' counters. scripts/bench-micro.sh runs the whole grid.
+// client endpoints' counters. bench/scripts/bench-micro.sh runs the whole grid.
 package main
 
 import (
@@ -59,7 +59,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.fabric == "model" {
 		return errors.New("-fabric model needs testing/synctest's fake clock, which only a test can start: " +
-			"LOCKBENCH_MODEL='-lock shiftlock ...' go test ./cmd/lockbench -run '^TestModel$' (scripts/bench-micro.sh does)")
+			"cd bench && LOCKBENCH_MODEL='-lock shiftlock ...' go test ./cmd/lockbench -run '^TestModel$' (bench/scripts/bench-micro.sh does)")
 	}
 	var r *result
 	for attempt := 1; ; attempt++ {

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 )
 
 // Lock kinds lockbench can run.
@@ -18,7 +18,7 @@ import (
 // handover, as the authors' artifact (which produced the paper's numbers)
 // runs it; see shiftlock.Config.NoHandoverBump.
 // fisslock and parlock are the emulated in-network lock and its server
-// fallback (shiftlock/baseline/fisslock); they run on memfab or the model
+// fallback (bench/shiftlock/baseline/fisslock); they run on memfab or the model
 // only, since their switch is in-process.
 // citron and ss are range locks (ranges.go), run with -range-sizes.
 var lockKinds = append(append([]string{}, verbLocks...), "fisslock", "parlock", "citron", "ss")

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/rangelock"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 )
 
 // Range-lock runs (CITRON §4.2): each cycle locks [x, x+L) where x, the

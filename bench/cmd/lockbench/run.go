@@ -13,11 +13,11 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline/fisslock"
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline/fisslock"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
 )
 

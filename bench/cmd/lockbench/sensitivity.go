@@ -20,7 +20,7 @@ import (
 // two, and the targets turn on both: the Send latency sets the handover
 // locks' hot-key rate against CAS-B's, whose handover is a verb round trip,
 // and the clients' time sets how many of them queue at the hottest key.
-// scripts/bench-model-sens.sh runs the sweep.
+// bench/scripts/bench-model-sens.sh runs the sweep.
 func sensitivityCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("lockbench sensitivity", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -7,9 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/rdma/latfab"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/latfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 )
 

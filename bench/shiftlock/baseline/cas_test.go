@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 )
 
 // TestCASVerbs: uncontended, acquire and release are one CAS each; a

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
 )
 

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 )
 
 // dslrWord builds {nX, nS, maxX, maxS} as DSLR Fig. 3 lays it out.

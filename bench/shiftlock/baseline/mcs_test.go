@@ -3,9 +3,9 @@ package baseline_test
 import (
 	"testing"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 )
 
 // TestMCSHandover: uncontended, acquire and release are one masked CAS

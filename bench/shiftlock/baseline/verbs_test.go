@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/verbs"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
 )
 
