@@ -9,8 +9,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/shiftlock/shiftlock-proxy/bank"
 	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
@@ -152,8 +150,8 @@ func (g *group) ratios(a, b string, f func(*bank.Result) float64) []float64 {
 }
 
 // hist merges the latency distributions of every run of series s.
-func (g *group) hist(s string) *hdrhistogram.Histogram {
-	var h *hdrhistogram.Histogram
+func (g *group) hist(s string) *bank.Hist {
+	var h *bank.Hist
 	for _, r := range g.runs[s] {
 		if h == nil {
 			h = r.Hist()
