@@ -118,7 +118,7 @@ bench-fabric: memnode
 # topology (a 3-member etcd, two memnodes: the active one killed -9 and not
 # restarted, or partitioned from proxies and etcd; an etcd member killed).
 # CHAOS_TIME=10m each by default; the results go to docs/reliability.md.
-# One-minute variants run in `make test` (package chaos).
+# One-minute variants run in `make test` (package bench/chaos).
 CHAOS_TIME ?= 10m
 chaos: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/memnode
