@@ -13,6 +13,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
 // One color per series, the same in every figure.
@@ -133,41 +135,107 @@ func cdfPlot(g *group) (*plot.Plot, error) {
 	return p, nil
 }
 
+// goodputPlot draws one horizontal bar per series, the first at the top,
+// each labelled at its end with its goodput and its ratio to the baseline.
+// Horizontal, so that every name sits level beside its own bar however many
+// series a grid has; the value axis runs past the longest bar and its label,
+// and the category axis half a bar past the outer bars, so nothing touches
+// the frame.
 func goodputPlot(g *group) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Goodput (median of runs)"
-	p.Y.Label.Text = "committed transactions/s"
-	p.Y.Min = 0
-	p.Y.Tick.Marker = intTicks{}
-	w := vg.Points(28)
+	p.X.Label.Text = "committed transactions/s"
+	p.X.Tick.Marker = intTicks{}
+	n := len(g.series)
+	base := baselineSeries(g)
+	var labels plotter.XYLabels
+	top := 0.0
 	for i, s := range g.series {
-		b, err := plotter.NewBarChart(plotter.Values{g.med(s, goodput)}, w)
+		y := float64(n - 1 - i)
+		med := g.med(s, goodput)
+		b, err := plotter.NewBarChart(plotter.Values{med}, vg.Points(22))
 		if err != nil {
 			return nil, err
 		}
-		b.XMin = float64(i)
+		b.Horizontal = true
+		b.XMin = y
 		b.Color = seriesColor(s)
 		b.LineStyle.Width = 0
 		p.Add(b)
-		if n := len(g.runs[s]); n > 1 {
+		end := med
+		if len(g.runs[s]) > 1 {
 			// Whiskers: the lowest and highest run.
-			var lo, hi float64 = math.Inf(1), 0
+			lo, hi := math.Inf(1), 0.0
 			for _, r := range g.runs[s] {
 				lo, hi = min(lo, r.Goodput), max(hi, r.Goodput)
 			}
-			e, err := plotter.NewYErrorBars(errPoint{x: float64(i), y: g.med(s, goodput), lo: g.med(s, goodput) - lo, hi: hi - g.med(s, goodput)})
+			e, err := plotter.NewXErrorBars(errPoint{x: med, y: y, lo: med - lo, hi: hi - med})
 			if err != nil {
 				return nil, err
 			}
 			p.Add(e)
+			end = hi
+		}
+		top = max(top, end)
+		labels.XYs = append(labels.XYs, plotter.XY{X: end, Y: y})
+		labels.Labels = append(labels.Labels, barLabel(g, s, base, med))
+	}
+	l, err := plotter.NewLabels(labels)
+	if err != nil {
+		return nil, err
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].XAlign = draw.XLeft
+		l.TextStyle[i].YAlign = draw.YCenter
+	}
+	l.Offset = vg.Point{X: vg.Points(4)}
+	p.Add(l)
+	p.NominalY(reversed(g.series)...)
+	// Room for the longest bar's label: about a third of the axis.
+	p.X.Min, p.X.Max = 0, max(top, 1)*1.55
+	p.Y.Min, p.Y.Max = -0.7, float64(n-1)+0.7
+	grid := plotter.NewGrid()
+	grid.Horizontal.Color = nil // lines through the bars would only cross them
+	p.Add(grid)
+	return p, nil
+}
+
+// baselineSeries is the RedLock series a group's other series are measured
+// against, as the report's ratios are; "" if the group has none.
+func baselineSeries(g *group) string {
+	for _, s := range []string{"redlock-rs", "redlock-1", "redlock-3", "redlock-5"} {
+		if len(g.runs[s]) > 0 {
+			return s
 		}
 	}
-	p.NominalX(g.series...)
-	p.X.Tick.Label.Rotation = math.Pi / 6
-	p.X.Tick.Label.XAlign = draw.XRight
-	p.X.Tick.Label.YAlign = draw.YCenter
-	p.Add(plotter.NewGrid())
-	return p, nil
+	return ""
+}
+
+// barLabel is "6575/s, 2.60x": the median goodput and the median of the
+// same-run ratios to the baseline (the ratio of the medians if no round
+// has both).
+func barLabel(g *group, s, base string, med float64) string {
+	switch {
+	case base == "":
+		return fmt.Sprintf("%.0f/s", med)
+	case s == base:
+		return fmt.Sprintf("%.0f/s, baseline", med)
+	}
+	if rs := g.ratios(s, base, goodput); len(rs) > 0 {
+		return fmt.Sprintf("%.0f/s, %.2fx", med, stats.Median(rs))
+	}
+	if b := g.med(base, goodput); b > 0 {
+		return fmt.Sprintf("%.0f/s, %.2fx", med, med/b)
+	}
+	return fmt.Sprintf("%.0f/s", med)
+}
+
+func reversed(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[len(ss)-1-i] = s
+	}
+	return out
 }
 
 // errPoint is one bar's whisker.
@@ -175,7 +243,7 @@ type errPoint struct{ x, y, lo, hi float64 }
 
 func (e errPoint) Len() int                      { return 1 }
 func (e errPoint) XY(int) (float64, float64)     { return e.x, e.y }
-func (e errPoint) YError(int) (float64, float64) { return e.lo, e.hi }
+func (e errPoint) XError(int) (float64, float64) { return e.lo, e.hi }
 func figurePath(dir, prefix string, g *group) string {
 	return filepath.Join(dir, figureName(prefix, g))
 }
