@@ -107,7 +107,7 @@ memnode:
 
 # Fabric microbenchmarks: memfab in-process and tcpfab against a real memnode
 # process, next to a bare TCP echo; every cell is the median of 3 runs.
-# Results go to docs/benchmarks.md ("## Fabric").
+# Results go to docs/benchmarks/fabric.md (pasted by hand).
 bench-fabric: memnode
 	$(BENCH) $(GO) build -o ../$(BIN)/fabricbench ./cmd/fabricbench
 	$(BIN)/fabricbench -memnode $(BIN)/memnode -runs 3
@@ -133,7 +133,7 @@ PROXYBENCH_ARGS ?=
 bench-proxy: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy
 	$(BENCH) $(GO) build -o ../$(BIN)/ ./cmd/proxybench
-	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks.md $(PROXYBENCH_ARGS)
+	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks/proxy.md $(PROXYBENCH_ARGS)
 
 # The lock microbenchmark tool alone (`build` builds it too).
 .PHONY: lockbench bench-micro
@@ -143,7 +143,7 @@ lockbench:
 # Lock microbenchmarks (ShiftLock Fig. 4-6 and 13): ShiftLock and the
 # baselines on the model fabric (the paper's timing on a fake clock), on
 # memfab and on a real memnode process, 3 rounds, about 28 min.
-# Results go to docs/benchmarks.md ("## Microbenchmarks") and docs/img/micro-*.png.
+# Results go to docs/benchmarks/micro.md and docs/img/micro-*.png.
 bench-micro: lockbench memnode
 	./bench/scripts/bench-micro.sh
 
@@ -153,12 +153,12 @@ bench-micro: lockbench memnode
 # about 5 minutes; then the same workloads through real proxy processes
 # (LOCK.RANGE.* over RESP) on a memnode process and on the embedded memory
 # node (cmd/rangebench), 3 rounds, about 3 minutes. Results go to
-# docs/benchmarks.md ("## Range locks" and "## Range locks through the proxy").
+# docs/benchmarks/range.md.
 # The model's sensitivity to the two parameters the ShiftLock paper does
 # not state, a Send's latency and a client's own time per operation:
 # issue 15's Zipf targets at each point (ShiftLock's three variants against
 # the baselines), and Table 3 by client count, 3 rounds, about 22 minutes. Results go to
-# docs/benchmarks.md (section model-sens, after the microbenchmarks).
+# docs/benchmarks/model-sens.md.
 .PHONY: bench-model-sens
 bench-model-sens:
 	./bench/scripts/bench-model-sens.sh
@@ -170,7 +170,7 @@ bench-range:
 # FissLock OSDI '24 §7.3/§7.6: the emulated in-network lock and its ParLock
 # fallback against ShiftLock, DSLR and MCS on FissLock's microbenchmark,
 # on the model fabric, 3 rounds, about 5 minutes. Results go to
-# docs/benchmarks.md ("## FissLock").
+# docs/benchmarks/fisslock.md.
 bench-fisslock:
 	./bench/scripts/bench-fisslock.sh
 
@@ -199,8 +199,8 @@ test-demos: deps
 # The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
 # hotspot), the paper setup (redlock-rs, 240 clients) and the safety setup
 # (10 ms TTL, fencing), 3 rounds, with CPU per committed transaction of
-# every process, about 27 min. Results go to docs/benchmarks.md
-# ("## SmallBank") and docs/img/bank-*.png.
+# every process, about 27 min. Results go to docs/benchmarks/smallbank.md
+# and docs/img/bank-*.png.
 bench-bank: deps
 	./bench/scripts/bench-bank.sh
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench-bank: the SmallBank grid, written to docs/benchmarks.md (the
+# make bench-bank: the SmallBank grid, written to docs/benchmarks/smallbank.md (the
 # "smallbank" section) and docs/img/bank-*.png.
 #
 # Servers, all on loopback: the bank's redis-server; three redis-servers for
@@ -35,7 +35,7 @@
 # CLIENTS (64), SKEWS, HOTSPOT, SERIES, MOBILE_SERIES, PAPER_CLIENTS (240),
 # PAPER_SERIES, PAPER_LOOKUP (0; 1 adds the artifact's ZRANK lookup),
 # SAFETY_SERIES, SAFETY_TTL (10ms), OUT (out/bench-bank),
-# DOC (docs/benchmarks.md), IMG (docs/img).
+# DOC (docs/benchmarks/smallbank.md), IMG (docs/img).
 set -uo pipefail
 cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there
 
@@ -54,7 +54,7 @@ PAPER_LOOKUP=${PAPER_LOOKUP:-0}
 SAFETY_SERIES=${SAFETY_SERIES:-redlock-rs proxy-fenced native-fenced}
 SAFETY_TTL=${SAFETY_TTL:-10ms}
 OUT=${OUT:-out/bench-bank}
-DOC=${DOC:-docs/benchmarks.md}
+DOC=${DOC:-docs/benchmarks/smallbank.md}
 IMG=${IMG:-docs/img}
 LOGS=$OUT/logs
 

@@ -12,7 +12,7 @@
 # 3 rounds, about 3 minutes.
 #
 # Writes out/bench-fisslock/fisslock.csv (appended) and docs/img/fisslock-*.png, and the "fisslock"
-# section of docs/benchmarks.md (intro: docs/bench/fisslock.md). Knobs:
+# section of docs/benchmarks/fisslock.md (intro: docs/bench/fisslock.md). Knobs:
 # RUNS, DURATION, WARMUP, SERVER_PACKET.
 set -uo pipefail
 cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there

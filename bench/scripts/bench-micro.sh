@@ -4,7 +4,7 @@
 # handover bump, CAS-NB, CAS-B, DSLR, MCS) on workloads WI, RI and RO with
 # uniform and Zipf-0.99 keys, 240 clients on 5 client nodes, 10M locks;
 # on memfab, and on a real memnode process (tcpfab) pinned to its own core
-# with its verb rate capped (docs/benchmarks.md says why), plus the capless
+# with its verb rate capped (docs/benchmarks/micro.md says why), plus the capless
 # tcpfab run of the skewed WI/RI workloads, Zipf WI at other caps, and the
 # failure series on memfab. First in every configuration, the model: memfab
 # with the paper's timing (2 µs verbs, 3 µs Sends, 270 ns per atomic on one
@@ -16,7 +16,7 @@
 # medians over the rounds.
 #
 # Writes out/bench-micro/micro.csv (appended), docs/img/micro-*.png and the
-# "micro" section of docs/benchmarks.md. Knobs: RUNS, DURATION, WARMUP, CAP,
+# "micro" section of docs/benchmarks/micro.md. Knobs: RUNS, DURATION, WARMUP, CAP,
 # SWEEP_CAPS, MAX_OTHER, MODEL_VERB, MODEL_SEND, MODEL_IOPS, MODEL_DURATION,
 # MODEL_WARMUP, MODEL_WARMUP_CASB, MODEL_ATOMIC. About 30 minutes with the
 # defaults.
@@ -42,7 +42,7 @@ MODEL_WARMUP_CASB=${MODEL_WARMUP_CASB:-150ms}
 # names this queue as why CAS-NB's and DSLR's atomics are slow). 270 ns is
 # calibrated on the paper's one measurement of it, §2.3: CAS-NB with 240
 # clients on one lock reaches 15.5 Kops/s there, and 15.35 Kops/s on the
-# model with 270 ns (docs/benchmarks.md, "Reading the model").
+# model with 270 ns (docs/benchmarks/micro.md, "Reading the model").
 MODEL_ATOMIC=${MODEL_ATOMIC:-270ns}
 SWEEP_CAPS=${SWEEP_CAPS:-50000 200000}
 # A run during which other processes used more CPU than this is repeated
@@ -138,7 +138,7 @@ for r in $(seq 1 "$RUNS"); do
 			# (shiftlock.Config.PipelineBump), on the model only.
 			model -run "$r" -lock shiftlock-pipelined -keys "$keys" -workload "$wl"
 			# ... and both bump-free variants with writer runs of N = 64
-			# instead of the paper's 16 (docs/benchmarks.md, Reading the
+			# instead of the paper's 16 (docs/benchmarks/micro.md, Reading the
 			# model), on Zipf keys: on uniform ones every lock runs at the
 			# budget, and the grid must stay under 30 minutes.
 			if [ "$keys" != uniform ]; then
@@ -167,6 +167,6 @@ elapsed=$(($(date +%s) - start))
 echo "bench-micro: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
 $LB plot -csv "$CSV" -label "$LABEL" -out docs/img -prefix micro-
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (shared with other users; see the 'other processes' CPU per setup)"
-$LB summary -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -img img -target-setup "model,tcpfab-cap$((CAP / 1000))k" \
+$LB summary -csv "$CSV" -label "$LABEL" -doc docs/benchmarks/micro.md -img ../img -target-setup "model,tcpfab-cap$((CAP / 1000))k" \
 	-machine "$machine" -date "$(date -u +%Y-%m-%d)" -elapsed "$((elapsed / 60))m$((elapsed % 60))s" -command "make bench-micro"
-echo "bench-micro: wrote docs/benchmarks.md (section micro) and docs/img/micro-*.png"
+echo "bench-micro: wrote docs/benchmarks/micro.md and docs/img/micro-*.png"

@@ -10,7 +10,7 @@
 # one address, 32M verbs/s, polls once per round trip). 3 rounds, about 22 minutes.
 #
 # Writes out/bench-model-sens/sens.csv (appended) and the "model-sens"
-# section of docs/benchmarks.md (intro: docs/bench/model-sens.md). Knobs:
+# section of docs/benchmarks/model-sens.md (intro: docs/bench/model-sens.md). Knobs:
 # RUNS, DURATION, WARMUP, CASB_WARMUP, SENDS, THINKS, ATOMIC.
 set -uo pipefail
 cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there
@@ -63,6 +63,6 @@ done
 elapsed=$(($(date +%s) - start))
 echo "bench-model-sens: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
-bin/lockbench sensitivity -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -intro docs/bench/model-sens.md -notes docs/bench/model-sens-notes.md \
+bin/lockbench sensitivity -csv "$CSV" -label "$LABEL" -doc docs/benchmarks/model-sens.md -intro docs/bench/model-sens.md -notes docs/bench/model-sens-notes.md \
 	-command "make bench-model-sens" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
-echo "bench-model-sens: wrote docs/benchmarks.md (section model-sens)"
+echo "bench-model-sens: wrote docs/benchmarks/model-sens.md"

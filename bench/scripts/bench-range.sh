@@ -16,7 +16,7 @@
 # PROXY_DURATION each, about 3 minutes more.
 #
 # Writes out/bench-range/range.csv (appended) and docs/img/range-*.png, and the "range" and
-# "range-proxy" sections of docs/benchmarks.md (intro: docs/bench/range.md). Knobs: RUNS, DURATION,
+# "range-proxy" sections of docs/benchmarks/range.md (intro: docs/bench/range.md). Knobs: RUNS, DURATION,
 # WARMUP, CLIENTS, WAIT (CITRON's T_wait; see the intro for why not 15 µs),
 # PROXY_CLIENTS, PROXY_DURATION.
 set -uo pipefail
@@ -68,5 +68,5 @@ table range citron
 go build -o bin/ ./cmd/proxy ./cmd/memnode || exit 1
 (cd bench && go build -o ../bin/ ./cmd/rangebench) || exit 1
 bin/rangebench -proxy-bin bin/proxy -memnode-bin bin/memnode -runs "$RUNS" -clients "${PROXY_CLIENTS:-32}" \
-	-duration "${PROXY_DURATION:-4s}" -doc docs/benchmarks.md || exit 1
-echo "bench-range: wrote docs/benchmarks.md (section range-proxy)"
+	-duration "${PROXY_DURATION:-4s}" -doc docs/benchmarks/range.md || exit 1
+echo "bench-range: wrote docs/benchmarks/range.md (section range-proxy)"

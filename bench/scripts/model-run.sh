@@ -5,7 +5,7 @@
 # script's MODEL_FLAGS and the arguments, each overriding what comes before
 # it; the row goes to $CSV under $LABEL, and a line of progress to stdout. The sourcing script sets CSV, LABEL, OUT, DURATION, WARMUP and
 # MODEL_FLAGS; n and failed count runs and failures. table renders the
-# grid into its section of docs/benchmarks.md at the end.
+# grid into its section of docs/benchmarks/<section>.md at the end.
 
 (cd bench && go build -o ../bin/lockbench ./cmd/lockbench) || exit 1
 (cd bench && go test -c -o ../bin/lockbench-model ./cmd/lockbench) || exit 1
@@ -30,12 +30,12 @@ model() {
 	fi
 }
 
-table() { # section ref-lock: docs/benchmarks.md's section from the grid, ratios against ref-lock
+table() { # section ref-lock: docs/benchmarks/<section>.md's section from the grid, ratios against ref-lock
 	local elapsed machine
 	elapsed=$(($(date +%s) - start))
 	echo "bench-$1: $n runs ($failed failed) in $((elapsed / 60))m$((elapsed % 60))s"
 	machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs (the model's time is a fake clock: client CPU costs no time)"
-	bin/lockbench table -csv "$CSV" -label "$LABEL" -doc docs/benchmarks.md -section "$1" -ref "$2" -intro "docs/bench/$1.md" -img docs/img \
+	bin/lockbench table -csv "$CSV" -label "$LABEL" -doc "docs/benchmarks/$1.md" -section "$1" -ref "$2" -intro "docs/bench/$1.md" -img docs/img -img-rel ../img \
 		-command "make bench-$1" -machine "$machine" -date "$(date -u +%Y-%m-%d)"
-	echo "bench-$1: wrote docs/benchmarks.md (section $1)"
+	echo "bench-$1: wrote docs/benchmarks/$1.md (section $1)"
 }

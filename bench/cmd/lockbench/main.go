@@ -5,7 +5,7 @@
 //
 //	lockbench -lock shiftlock -fabric tcp -workload WI -keys zipf:0.99 -csv out/micro.csv
 //	lockbench plot -csv out/micro.csv -out docs/img
-//	lockbench summary -csv out/micro.csv -doc docs/benchmarks.md -img docs/img
+//	lockbench summary -csv out/micro.csv -doc docs/benchmarks/micro.md -img ../img
 //
 // A run reports goodput (acquire-release cycles per second), acquire latency
 // percentiles for readers and writers, and the verbs per cycle read from the

@@ -81,7 +81,7 @@ type options struct {
 	// readerPoll is ShiftLock's READ polling: "backoff" (the client's
 	// default, 20µs doubling to 1ms), "rtt" (a fixed interval of 1862ns
 	// scaled by RTT/2µs, as the artifact polls), or a fixed duration.
-	// Measured on tcpfab (docs/benchmarks.md, micro notes), rtt gained
+	// Measured on tcpfab (docs/benchmarks/micro.md, notes), rtt gained
 	// nothing where the client CPU binds, so backoff stays the default.
 	readerPoll string
 	// writerRun is ShiftLock's N, the most consecutive writers before

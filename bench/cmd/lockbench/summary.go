@@ -16,7 +16,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/internal/stats"
 )
 
-// docSection names this command's section of docs/benchmarks.md; the rest
+// docSection names this command's section of docs/benchmarks/micro.md; the rest
 // of the file belongs to other benchmark commands.
 const docSection = "micro"
 
@@ -37,8 +37,8 @@ func summaryCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("lockbench summary", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.csv, "csv", "", "results CSV written by lockbench -csv")
-	fs.StringVar(&o.doc, "doc", "docs/benchmarks.md", "markdown file whose microbenchmarks section is replaced")
-	fs.StringVar(&o.img, "img", "img", "path of the plots relative to the doc")
+	fs.StringVar(&o.doc, "doc", "docs/benchmarks/micro.md", "markdown file whose microbenchmarks section is replaced")
+	fs.StringVar(&o.img, "img", "../img", "path of the plots relative to the doc")
 	fs.StringVar(&o.label, "label", "", "summarise rows with this label (default: the label of the last row)")
 	fs.StringVar(&o.machine, "machine", "", "machine description")
 	fs.StringVar(&o.date, "date", "", "date of the runs")

@@ -23,9 +23,9 @@
 //
 // Targets are run alternately, several times, and the report gives medians
 // and same-run ratios, and judges issue 11's targets. With -doc it rewrites
-// its section of docs/benchmarks.md.
+// its section of docs/benchmarks/proxy.md.
 //
-//	proxybench -proxy-bin bin/proxy -runs 3 -variant 'proxy-gnet=-frontend gnet' -doc docs/benchmarks.md
+//	proxybench -proxy-bin bin/proxy -runs 3 -variant 'proxy-gnet=-frontend gnet' -doc docs/benchmarks/proxy.md
 package main
 
 import (

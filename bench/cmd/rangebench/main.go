@@ -10,9 +10,9 @@
 // Targets are run alternately, -runs times; the report gives medians and
 // same-run ratios against the embedded proxy, and CPU per cycle of the
 // server processes (the proxies and the memnode, from /proc). With -doc it
-// rewrites its section of docs/benchmarks.md.
+// rewrites its section of docs/benchmarks/range.md.
 //
-//	rangebench -proxy-bin bin/proxy -memnode-bin bin/memnode -runs 3 -doc docs/benchmarks.md
+//	rangebench -proxy-bin bin/proxy -memnode-bin bin/memnode -runs 3 -doc docs/benchmarks/range.md
 package main
 
 import (

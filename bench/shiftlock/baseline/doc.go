@@ -10,5 +10,5 @@
 // and checkers set NoTokens.
 //
 // Where the source algorithms leave a choice, the choice and its reason are
-// in the doc comment of the lock and in docs/benchmarks.md.
+// in the doc comment of the lock and in docs/benchmarks/micro.md.
 package baseline

@@ -56,7 +56,7 @@ func (c *DSLRConfig) defaults() {
 // ω per ticket ahead of them between READs.
 //
 // Readings of the pseudocode (Algorithms 1-3) where it is ambiguous or would
-// break the lock; docs/benchmarks.md lists the same:
+// break the lock; docs/benchmarks/micro.md lists the same:
 //
 //   - A waiter waits before its first READ (the FAA's result is as fresh as
 //     a READ), as the authors' artifact does, rather than READing at once.
