@@ -2,6 +2,10 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
+# The evaluation wing (benchmarks, baselines, the chaos harness) is a Go
+# module of its own under bench/, so that the product's go.mod carries none
+# of its dependencies; targets that build or test it run there.
+BENCH   := cd bench &&
 # Fuzz budgets are execution counts, not durations: with a duration, Go 1.26's
 # fuzz coordinator can fail a clean run with "context deadline exceeded" when
 # the deadline races its own worker cancellation (go.dev/issue/75804, fixed in
@@ -16,6 +20,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+	$(BENCH) $(GO) build -o ../$(BIN)/ ./cmd/...
 
 # Start the proxy on 127.0.0.1:6380 with an embedded memory node.
 run: build
@@ -41,6 +46,7 @@ static:
 
 vet:
 	$(GO) vet $(PKGS)
+	$(BENCH) $(GO) vet $(PKGS)
 
 # Known defects of issue 33 that itest shows but that are not fixed yet
 # (itest/known_test.go): their tests are skipped here so that CI stays green.
@@ -51,6 +57,7 @@ KNOWN_DEFECTS ?= SHIFTLOCK_KNOWN_EXTEND_RACE=1
 # friends when missing (as root, via apt).
 test: deps vet build
 	$(KNOWN_DEFECTS) $(GO) test -race -timeout 12m $(PKGS)
+	$(BENCH) $(GO) test -race -timeout 12m $(PKGS)
 	cd itest/redislock010 && $(GO) test -race -timeout 5m ./...
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 
@@ -85,10 +92,11 @@ build-verbs:
 # a long input cannot stretch the run.
 fuzz:
 	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./itest/'); do \
-	  d=$$(dirname $$f); \
+	  d=$$(dirname $$f); m=.; \
+	  case $$d in ./bench/*) m=bench; d=./$${d#./bench/};; esac; \
 	  for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
-	    echo "fuzz $$d $$t ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$d; \
+	    echo "fuzz $$m $$d $$t ($(FUZZTIME))"; \
+	    (cd $$m && $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$d); \
 	  done; \
 	done
 
@@ -99,9 +107,9 @@ memnode:
 
 # Fabric microbenchmarks: memfab in-process and tcpfab against a real memnode
 # process, next to a bare TCP echo; every cell is the median of 3 runs.
-# Results go to docs/benchmarks.md ("## Fabric").
+# Results go to docs/benchmarks/fabric.md (pasted by hand).
 bench-fabric: memnode
-	$(GO) build -o $(BIN)/fabricbench ./cmd/fabricbench
+	$(BENCH) $(GO) build -o ../$(BIN)/fabricbench ./cmd/fabricbench
 	$(BIN)/fabricbench -memnode $(BIN)/memnode -runs 3
 
 # Fault campaigns with real processes, three proxies and 48 clients, every
@@ -110,10 +118,11 @@ bench-fabric: memnode
 # topology (a 3-member etcd, two memnodes: the active one killed -9 and not
 # restarted, or partitioned from proxies and etcd; an etcd member killed).
 # CHAOS_TIME=10m each by default; the results go to docs/reliability.md.
-# One-minute variants run in `make test` (package chaos).
+# One-minute variants run in `make test` (package bench/chaos).
 CHAOS_TIME ?= 10m
 chaos: deps
-	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/memnode ./cmd/chaos
+	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/memnode
+	$(BENCH) $(GO) build -o ../$(BIN)/ ./cmd/chaos
 	$(BIN)/chaos -duration $(CHAOS_TIME) -doc docs/reliability.md
 	$(BIN)/chaos -ha -duration $(CHAOS_TIME) -doc docs/reliability.md
 
@@ -122,20 +131,21 @@ chaos: deps
 # PROXYBENCH_ARGS="-variant 'proxy-redcon=-frontend redcon'".
 PROXYBENCH_ARGS ?=
 bench-proxy: deps
-	$(GO) build -o $(BIN)/ ./cmd/proxy ./cmd/proxybench
-	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks.md $(PROXYBENCH_ARGS)
+	$(GO) build -o $(BIN)/ ./cmd/proxy
+	$(BENCH) $(GO) build -o ../$(BIN)/ ./cmd/proxybench
+	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks/proxy.md $(PROXYBENCH_ARGS)
 
 # The lock microbenchmark tool alone (`build` builds it too).
 .PHONY: lockbench bench-micro
 lockbench:
-	$(GO) build -o $(BIN)/lockbench ./cmd/lockbench
+	$(BENCH) $(GO) build -o ../$(BIN)/lockbench ./cmd/lockbench
 
 # Lock microbenchmarks (ShiftLock Fig. 4-6 and 13): ShiftLock and the
 # baselines on the model fabric (the paper's timing on a fake clock), on
 # memfab and on a real memnode process, 3 rounds, about 28 min.
-# Results go to docs/benchmarks.md ("## Microbenchmarks") and docs/img/micro-*.png.
+# Results go to docs/benchmarks/micro.md and docs/img/micro-*.png.
 bench-micro: lockbench memnode
-	./scripts/bench-micro.sh
+	./bench/scripts/bench-micro.sh
 
 # Range locks, CITRON FAST '23 §4.2: CITRON (package rangelock) against
 # static segmentation over DSLR, range sizes 1/16/256 and mixed, on the
@@ -143,26 +153,26 @@ bench-micro: lockbench memnode
 # about 5 minutes; then the same workloads through real proxy processes
 # (LOCK.RANGE.* over RESP) on a memnode process and on the embedded memory
 # node (cmd/rangebench), 3 rounds, about 3 minutes. Results go to
-# docs/benchmarks.md ("## Range locks" and "## Range locks through the proxy").
+# docs/benchmarks/range.md.
 # The model's sensitivity to the two parameters the ShiftLock paper does
 # not state, a Send's latency and a client's own time per operation:
 # issue 15's Zipf targets at each point (ShiftLock's three variants against
 # the baselines), and Table 3 by client count, 3 rounds, about 22 minutes. Results go to
-# docs/benchmarks.md (section model-sens, after the microbenchmarks).
+# docs/benchmarks/model-sens.md.
 .PHONY: bench-model-sens
 bench-model-sens:
-	./scripts/bench-model-sens.sh
+	./bench/scripts/bench-model-sens.sh
 
 .PHONY: bench-range bench-fisslock
 bench-range:
-	./scripts/bench-range.sh
+	./bench/scripts/bench-range.sh
 
 # FissLock OSDI '24 §7.3/§7.6: the emulated in-network lock and its ParLock
 # fallback against ShiftLock, DSLR and MCS on FissLock's microbenchmark,
 # on the model fabric, 3 rounds, about 5 minutes. Results go to
-# docs/benchmarks.md ("## FissLock").
+# docs/benchmarks/fisslock.md.
 bench-fisslock:
-	./scripts/bench-fisslock.sh
+	./bench/scripts/bench-fisslock.sh
 
 # SmallBank on Redis, two stories with their audits, about 1.5 minutes: the
 # paper's experiment (redlock-rs-style RedLock against native ShiftLock,
@@ -189,14 +199,15 @@ test-demos: deps
 # The SmallBank grid (redlock x1/x3, proxy, native, none; uniform, Zipf,
 # hotspot), the paper setup (redlock-rs, 240 clients) and the safety setup
 # (10 ms TTL, fencing), 3 rounds, with CPU per committed transaction of
-# every process, about 27 min. Results go to docs/benchmarks.md
-# ("## SmallBank") and docs/img/bank-*.png.
+# every process, about 27 min. Results go to docs/benchmarks/smallbank.md
+# and docs/img/bank-*.png.
 bench-bank: deps
-	./scripts/bench-bank.sh
+	./bench/scripts/bench-bank.sh
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(PKGS)
+	$(BENCH) $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(PKGS)
 
 clean:
 	rm -rf $(BIN) out

@@ -7,13 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // Latencies are recorded in microseconds, from 1 µs to 10 minutes, to 2
 // significant digits (1%): enough for a CDF, small enough to keep per run.
-func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 2) }
+func newHist() *Hist { return NewHist(1, 600_000_000, 2) }
 
 // Stats summarise one transaction type (or all of them) over the measured
 // window. Latency runs from a transaction's first attempt to its commit, so
@@ -32,10 +30,10 @@ type Stats struct {
 	P999 int64 `json:"p999_us"`
 	Max  int64 `json:"max_us"`
 	// Hist is the whole latency distribution (kept for all types only).
-	Hist *hdrhistogram.Snapshot `json:"hist,omitempty"`
+	Hist *HistSnapshot `json:"hist,omitempty"`
 }
 
-func (s *Stats) fill(h *hdrhistogram.Histogram) {
+func (s *Stats) fill(h *Hist) {
 	v := h.ValueAtPercentiles([]float64{50, 99, 99.9})
 	s.P50, s.P99, s.P999, s.Max = v[50], v[99], v[99.9], h.Max()
 }
@@ -128,11 +126,11 @@ func LoadResult(path string) (*Result, error) {
 }
 
 // Hist returns the latency distribution of all types.
-func (r *Result) Hist() *hdrhistogram.Histogram {
+func (r *Result) Hist() *Hist {
 	if r.All.Hist == nil {
 		return newHist()
 	}
-	return hdrhistogram.Import(r.All.Hist)
+	return ImportHist(r.All.Hist)
 }
 
 // CSVHeader and CSVRow give one line per run.

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/keydist"
@@ -54,7 +53,7 @@ const drainLimit = 30 * time.Second
 
 // client is one client's tally, merged at the end.
 type client struct {
-	hist                [NumTxnTypes]*hdrhistogram.Histogram
+	hist                [NumTxnTypes]*Hist
 	stats               [NumTxnTypes]Stats
 	dropped             int64
 	deltas, unknown     int64
@@ -246,7 +245,7 @@ func (c *client) loop(ctx context.Context, stop *atomic.Bool, cfg RunConfig, gen
 					if o.Declined {
 						st.Declined++
 					}
-					_ = c.hist[t.Type].RecordValue(max(1, now.Sub(begin).Microseconds()))
+					_ = c.hist[t.Type].Record(max(1, now.Sub(begin).Microseconds()))
 				}
 			case errors.Is(err, ErrWrite):
 				c.unknown++

@@ -39,6 +39,7 @@ rm -f "$OUT"/*.json "$OUT"/*.png
 t0=$(date +%s)
 echo "== building"
 go build -o bin/ ./cmd/proxy ./cmd/memnode ./cmd/bank
+(cd bench && go build -o ../bin/ ./cmd/bankreport)
 
 echo "== starting redis-server (data), redis-server (story 2's RedLock), memnode, proxy (embedded memory node)"
 start_redis; DATA=$ADDR; DATA_PID=$PID
@@ -73,6 +74,6 @@ run "story 2: the same redsync code pointed at shiftlock-proxy (embedded memory 
 
 echo
 echo "== side by side"
-bin/bank report -in "$OUT" -img "$OUT" -prefix demo-
+bin/bankreport -in "$OUT" -img "$OUT" -prefix demo-
 echo
 echo "demo took $(($(date +%s) - t0))s on $(nproc) cores; results and figures in $OUT/"

@@ -2,7 +2,7 @@ package shiftlock
 
 import "context"
 
-// Locker is what ShiftLock and its baselines (shiftlock/baseline) have in
+// Locker is what ShiftLock and its baselines (bench/shiftlock/baseline) have in
 // common, so that one benchmark and one checker drive them all. Locks are
 // named by lock-table entry.
 type Locker interface {

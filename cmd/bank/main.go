@@ -5,7 +5,10 @@
 //	bank load   -redis 127.0.0.1:6379 -accounts 1000000
 //	bank run    -redis 127.0.0.1:6379 -locker proxy -proxy 127.0.0.1:6380 -skew zipf:0.99 -duration 30s \
 //	            -cpu data:redis=$REDIS_PID -cpu lock:proxy=$PROXY_PID
-//	bank report -in out/bank -img docs/img -doc docs/benchmarks.md
+//
+// The tables and figures made from run -out files come from bankreport, in
+// the evaluation module (bench/cmd/bankreport); make demo and make
+// bench-bank build and run it.
 //
 // run prints goodput and latency percentiles per transaction type, the CPU
 // per committed transaction of itself and of every -cpu process, audits
@@ -31,7 +34,7 @@ func main() {
 	os.Exit(mainArgs(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: bank load|run|report [flags]   (bank <cmd> -h for the flags)`
+const usage = `usage: bank load|run [flags]   (bank <cmd> -h for the flags)`
 
 func mainArgs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -45,7 +48,10 @@ func mainArgs(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "run":
 		err = runCmd(ctx, args[1:], stdout, stderr)
 	case "report":
-		err = reportCmd(args[1:], stdout, stderr)
+		// Moved with its plotting dependencies; say where rather than
+		// print the usage line, for whoever still has the old command.
+		fmt.Fprintln(stderr, "bank: report moved to bankreport (cd bench && go build ./cmd/bankreport); make demo and make bench-bank run it")
+		return 2
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0

@@ -26,11 +26,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("bank run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	getCfg := configFlags(fs)
-	out := fs.String("out", "", "write the result as JSON to this file (bank report reads it)")
+	out := fs.String("out", "", "write the result as JSON to this file (bankreport reads it)")
 	csvPath := fs.String("csv", "", "append the result as a CSV row to this file")
 	label := fs.String("label", "", "free-form label stored with the result")
 	as := fs.String("as", "", "series name in the results instead of the locker's (e.g. proxy-embedded)")
-	setup := fs.String("setup", "", "name of the grid this run belongs to (bank report groups runs by it), e.g. paper")
+	setup := fs.String("setup", "", "name of the grid this run belongs to (bankreport groups runs by it), e.g. paper")
 	runIdx := fs.Int("run", 0, "run number stored with the result (report pairs runs by it for same-run ratios)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	var cpu cpuFlag

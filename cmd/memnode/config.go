@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/ha"
@@ -114,35 +113,35 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("memnode", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	file := fs.String("config", "", "YAML config file (flags override it)")
-	var f config
-	fs.StringVar(&f.Listen, "listen", cfg.Listen, "address to serve verbs on (port 0 picks one; the actual address is printed)")
-	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries (16 bytes each)")
-	fs.Uint64Var(&f.Eras, "eras", cfg.Eras, "recovery era counters")
-	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees, one per range-lock name in use (1.4 MB each; 0: no range locks)")
-	fs.IntVar(&f.MaxNodes, "max-nodes", cfg.MaxNodes, "largest NodeID (at most 65535)")
-	fs.IntVar(&f.MaxNodesPerHost, "max-nodes-per-host", cfg.MaxNodesPerHost, "node IDs members from one host may hold at once, counting those of recently ended memberships")
-	fs.DurationVar(&f.HeartbeatInterval, "heartbeat", cfg.HeartbeatInterval, "how often members heartbeat")
-	fs.DurationVar(&f.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a member is declared dead and fenced")
-	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
-	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
-	fs.BoolVar(&f.PaperRecovery, "paper-recovery", false, "recover entries as ShiftLock §3.6 does, without probing members (microbenchmarks only)")
-	fs.StringVar(&f.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts (required without -etcd)")
-	fs.DurationVar(&f.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
-	fs.DurationVar(&f.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
-	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served, so listen must be loopback)")
-	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "serve a listen address reachable from the network with no fabric secret: anyone who reaches it owns every lock")
-	fs.StringVar(&f.Fabric, "fabric", "tcp", `how proxies reach the regions: "tcp" or "verbs" (RDMA; a binary built with -tags verbs)`)
-	fs.StringVar(&f.VerbsDevice, "verbs-device", "", `RDMA device for -fabric verbs (ibv_devices; "" for the first)`)
-	fs.IntVar(&f.VerbsPort, "verbs-port", 0, "port of the RDMA device (0 for 1)")
-	fs.StringVar(&f.VerbsGID, "verbs-gid", "", `GID index on the RDMA port ("" picks an IPv4 RoCE v2 GID)`)
-	fs.StringVar(&f.VerbsLockTable, "verbs-lock-table", "auto", `with -fabric verbs: "cpu" (the lock table through this node's CPU, for devices without extended atomics), "one-sided" (standard 8-byte verbs only: CAS and DSLR locks, no recovery) or "auto" (cpu)`)
-	var etcd string
-	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints: keep the shard's state there and fail over between memory nodes")
-	fs.StringVar(&f.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
-	fs.StringVar(&f.Advertise, "advertise", "", "address proxies dial, written to etcd (default: the listen address)")
-	fs.DurationVar(&f.EtcdLease, "etcd-lease", cfg.EtcdLease, "etcd lease TTL of the candidacy (whole seconds)")
-	fs.DurationVar(&f.EtcdPatience, "etcd-patience", 0, "serve this long past the lease's expiry while etcd is unreachable (default and most: dead_after)")
+	l := flagfile.New(fs, "YAML config file (flags override it)")
+	l.String(&cfg.Listen, "listen", cfg.Listen, "address to serve verbs on (port 0 picks one; the actual address is printed)")
+	l.Uint64(&cfg.Entries, "entries", cfg.Entries, "lock-table entries (16 bytes each)")
+	l.Uint64(&cfg.Eras, "eras", cfg.Eras, "recovery era counters")
+	l.Int(&cfg.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees, one per range-lock name in use (1.4 MB each; 0: no range locks)")
+	l.Int(&cfg.MaxNodes, "max-nodes", cfg.MaxNodes, "largest NodeID (at most 65535)")
+	l.Int(&cfg.MaxNodesPerHost, "max-nodes-per-host", cfg.MaxNodesPerHost, "node IDs members from one host may hold at once, counting those of recently ended memberships")
+	l.Duration(&cfg.HeartbeatInterval, "heartbeat", cfg.HeartbeatInterval, "how often members heartbeat")
+	l.Duration(&cfg.DeadAfter, "dead-after", cfg.DeadAfter, "silence after which a member is declared dead and fenced")
+	l.String(&cfg.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
+	l.String(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	l.Bool(&cfg.PaperRecovery, "paper-recovery", false, "recover entries as ShiftLock §3.6 does, without probing members (microbenchmarks only)")
+	l.String(&cfg.StateDir, "state-dir", "", "keep the generation, fencing high-water mark and lease horizons here across restarts (required without -etcd)")
+	l.Duration(&cfg.RestartGrace, "restart-grace", 0, "no joins for at least this long after a restart (the saved horizons may demand longer)")
+	l.Duration(&cfg.MaxLease, "max-lease", cfg.MaxLease, "longest TTL proxies may grant; bounds the restart grace")
+	l.String(&cfg.FabricSecretFile, "fabric-secret-file", "", "file with the shared secret proxies must prove they know (none: any connection is served, so listen must be loopback)")
+	l.Bool(&cfg.FabricInsecure, "fabric-insecure", false, "serve a listen address reachable from the network with no fabric secret: anyone who reaches it owns every lock")
+	l.String(&cfg.Fabric, "fabric", "tcp", `how proxies reach the regions: "tcp" or "verbs" (RDMA; a binary built with -tags verbs)`)
+	l.String(&cfg.VerbsDevice, "verbs-device", "", `RDMA device for -fabric verbs (ibv_devices; "" for the first)`)
+	l.Int(&cfg.VerbsPort, "verbs-port", 0, "port of the RDMA device (0 for 1)")
+	l.String(&cfg.VerbsGID, "verbs-gid", "", `GID index on the RDMA port ("" picks an IPv4 RoCE v2 GID)`)
+	l.String(&cfg.VerbsLockTable, "verbs-lock-table", "auto", `with -fabric verbs: "cpu" (the lock table through this node's CPU, for devices without extended atomics), "one-sided" (standard 8-byte verbs only: CAS and DSLR locks, no recovery) or "auto" (cpu)`)
+	l.Func("etcd", "comma-separated etcd endpoints: keep the shard's state there and fail over between memory nodes", func(etcd string) {
+		cfg.Etcd = flagfile.Split(etcd)
+	})
+	l.String(&cfg.Shard, "shard", cfg.Shard, "the shard this node serves or stands by for (with -etcd)")
+	l.String(&cfg.Advertise, "advertise", "", "address proxies dial, written to etcd (default: the listen address)")
+	l.Duration(&cfg.EtcdLease, "etcd-lease", cfg.EtcdLease, "etcd lease TTL of the candidacy (whole seconds)")
+	l.Duration(&cfg.EtcdPatience, "etcd-patience", 0, "serve this long past the lease's expiry while etcd is unreachable (default and most: dead_after)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -150,78 +149,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if *file != "" {
-		if err := flagfile.Load(*file, &cfg); err != nil {
-			return config{}, err
-		}
+	if err := l.Apply(&cfg); err != nil {
+		return config{}, err
 	}
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "listen":
-			cfg.Listen = f.Listen
-		case "entries":
-			cfg.Entries = f.Entries
-		case "eras":
-			cfg.Eras = f.Eras
-		case "range-trees":
-			cfg.RangeTrees = f.RangeTrees
-		case "max-nodes":
-			cfg.MaxNodes = f.MaxNodes
-		case "max-nodes-per-host":
-			cfg.MaxNodesPerHost = f.MaxNodesPerHost
-		case "heartbeat":
-			cfg.HeartbeatInterval = f.HeartbeatInterval
-		case "dead-after":
-			cfg.DeadAfter = f.DeadAfter
-		case "metrics":
-			cfg.MetricsListen = f.MetricsListen
-		case "log-level":
-			cfg.LogLevel = f.LogLevel
-		case "paper-recovery":
-			cfg.PaperRecovery = f.PaperRecovery
-		case "state-dir":
-			cfg.StateDir = f.StateDir
-		case "restart-grace":
-			cfg.RestartGrace = f.RestartGrace
-		case "max-lease":
-			cfg.MaxLease = f.MaxLease
-		case "fabric-secret-file":
-			cfg.FabricSecretFile = f.FabricSecretFile
-		case "fabric-insecure":
-			cfg.FabricInsecure = f.FabricInsecure
-		case "fabric":
-			cfg.Fabric = f.Fabric
-		case "verbs-device":
-			cfg.VerbsDevice = f.VerbsDevice
-		case "verbs-port":
-			cfg.VerbsPort = f.VerbsPort
-		case "verbs-gid":
-			cfg.VerbsGID = f.VerbsGID
-		case "verbs-lock-table":
-			cfg.VerbsLockTable = f.VerbsLockTable
-		case "etcd":
-			cfg.Etcd = splitList(etcd)
-		case "shard":
-			cfg.Shard = f.Shard
-		case "advertise":
-			cfg.Advertise = f.Advertise
-		case "etcd-lease":
-			cfg.EtcdLease = f.EtcdLease
-		case "etcd-patience":
-			cfg.EtcdPatience = f.EtcdPatience
-		}
-	})
 	return cfg, cfg.validate()
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func (c config) validate() error {

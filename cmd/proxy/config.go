@@ -223,65 +223,51 @@ func (c config) waitPolicy() (lockmap.WaitPolicy, error) {
 	return p, nil
 }
 
-// stringList is a repeatable, comma-separated flag.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
-		}
-	}
-	return nil
-}
-
 func parseConfig(args []string, stderr io.Writer) (config, error) {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	file := fs.String("config", "", "YAML config file (flags override it)")
-	var f config
-	var memnodes, etcd, shards stringList
-	var wait string
-	fs.StringVar(&f.Listen, "listen", cfg.Listen, "RESP address (port 0 picks one; the actual address is printed)")
-	fs.Var(&memnodes, "memnode", "memory node address to join (repeat or comma-separate; none: embed one)")
-	fs.Var(&etcd, "etcd", "etcd endpoints holding the shards' active memory nodes (repeat or comma-separate)")
-	fs.Var(&shards, "shard", "shard to join through etcd, in placement order (repeat or comma-separate)")
-	fs.Uint64Var(&f.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
-	fs.StringVar(&f.StateDir, "state-dir", "", "directory kept across restarts for the embedded memory node's state (required with it)")
-	fs.IntVar(&f.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node, one per range-lock name in use (1.4 MB each; 0: no range locks)")
-	fs.StringVar(&f.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
-	fs.StringVar(&f.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
-	fs.StringVar(&f.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
-	fs.StringVar(&f.Requirepass, "requirepass", "", "password clients must AUTH with")
-	fs.StringVar(&f.TLSListen, "tls-listen", "", "also serve RESP over TLS here (needs -tls-cert-file and -tls-key-file)")
-	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the TLS port")
-	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
-	fs.StringVar(&f.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
-	fs.StringVar(&f.Fabric, "fabric", "tcp", `how verbs reach memory nodes: "tcp" or "verbs" (RDMA; a binary built with -tags verbs)`)
-	fs.StringVar(&f.VerbsDevice, "verbs-device", "", `RDMA device for -fabric verbs (ibv_devices; "" for the first)`)
-	fs.IntVar(&f.VerbsPort, "verbs-port", 0, "port of the RDMA device (0 for 1)")
-	fs.StringVar(&f.VerbsGID, "verbs-gid", "", `GID index on the RDMA port ("" picks an IPv4 RoCE v2 GID)`)
-	fs.StringVar(&f.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies (none: the fabric must stay on loopback)")
-	fs.BoolVar(&f.FabricInsecure, "fabric-insecure", false, "run the fabric (peer port, memory nodes) across the network with no secret: anyone who reaches it owns every lock")
-	fs.IntVar(&f.MaxOutputBytes, "max-output-bytes", cfg.MaxOutputBytes, "replies waiting for one client's socket at most; past it the client is disconnected")
-	fs.IntVar(&f.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
-	fs.DurationVar(&f.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
-	fs.DurationVar(&f.TCPKeepAlive, "tcp-keepalive", cfg.TCPKeepAlive, "TCP keep-alive period of client connections (0: off)")
-	fs.DurationVar(&f.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to wait for held locks to be released or expire (0: leave at once)")
-	fs.StringVar(&wait, "acquire-wait", "", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`)
-	fs.Float64Var(&f.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
-	fs.DurationVar(&f.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
-	fs.BoolVar(&f.WaitFirstTry, "acquire-wait-first-try", cfg.WaitFirstTry, "let an acquire's first try wait too (default: only a retry of the same key and token waits, no longer than the client waited before it)")
-	fs.IntVar(&f.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
-	fs.BoolVar(&f.QuorumRouting, "quorum-routing", cfg.QuorumRouting, "take each key's locks at one home proxy of the memory node, so that RedLock clients asking several proxies share one lock")
-	fs.BoolVar(&f.RedlockQuorum, "redlock-quorum", cfg.RedlockQuorum, "RedLock clients use several of these proxies as their instances: the same key and token (at least 16 bytes) held through another proxy counts as the same owner")
-	fs.StringVar(&f.Frontend, "frontend", cfg.Frontend, `RESP front end: "gnet" (event loops) or "redcon" (a goroutine per connection)`)
-	fs.IntVar(&f.EventLoops, "event-loops", cfg.EventLoops, "gnet event loops")
-	fs.IntVar(&f.Procs, "procs", cfg.Procs, "CPUs running Go code at once (GOMAXPROCS; 0: one per gnet event loop, or all with redcon)")
-	fs.StringVar(&f.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
-	fs.StringVar(&f.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	l := flagfile.New(fs, "YAML config file (flags override it)")
+	l.String(&cfg.Listen, "listen", cfg.Listen, "RESP address (port 0 picks one; the actual address is printed)")
+	l.List(&cfg.Memnodes, "memnode", "memory node address to join (repeat or comma-separate; none: embed one)")
+	l.List(&cfg.Etcd, "etcd", "etcd endpoints holding the shards' active memory nodes (repeat or comma-separate)")
+	l.List(&cfg.Shards, "shard", "shard to join through etcd, in placement order (repeat or comma-separate)")
+	l.Uint64(&cfg.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
+	l.String(&cfg.StateDir, "state-dir", "", "directory kept across restarts for the embedded memory node's state (required with it)")
+	l.Int(&cfg.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node, one per range-lock name in use (1.4 MB each; 0: no range locks)")
+	l.String(&cfg.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
+	l.String(&cfg.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
+	l.String(&cfg.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
+	l.String(&cfg.Requirepass, "requirepass", "", "password clients must AUTH with")
+	l.String(&cfg.TLSListen, "tls-listen", "", "also serve RESP over TLS here (needs -tls-cert-file and -tls-key-file)")
+	l.String(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the TLS port")
+	l.String(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of the TLS port")
+	l.String(&cfg.TLSCACertFile, "tls-ca-cert-file", "", "PEM CAs whose client certificates the TLS port requires (mutual TLS)")
+	l.String(&cfg.Fabric, "fabric", "tcp", `how verbs reach memory nodes: "tcp" or "verbs" (RDMA; a binary built with -tags verbs)`)
+	l.String(&cfg.VerbsDevice, "verbs-device", "", `RDMA device for -fabric verbs (ibv_devices; "" for the first)`)
+	l.Int(&cfg.VerbsPort, "verbs-port", 0, "port of the RDMA device (0 for 1)")
+	l.String(&cfg.VerbsGID, "verbs-gid", "", `GID index on the RDMA port ("" picks an IPv4 RoCE v2 GID)`)
+	l.String(&cfg.FabricSecretFile, "fabric-secret-file", "", "file with the secret shared with the memory nodes and other proxies (none: the fabric must stay on loopback)")
+	l.Bool(&cfg.FabricInsecure, "fabric-insecure", false, "run the fabric (peer port, memory nodes) across the network with no secret: anyone who reaches it owns every lock")
+	l.Int(&cfg.MaxOutputBytes, "max-output-bytes", cfg.MaxOutputBytes, "replies waiting for one client's socket at most; past it the client is disconnected")
+	l.Int(&cfg.MaxClients, "maxclients", cfg.MaxClients, "connected clients at most; one more is told -ERR max number of clients reached")
+	l.Duration(&cfg.IdleTimeout, "timeout", cfg.IdleTimeout, "close clients idle this long (0: never), as Redis's timeout")
+	l.Duration(&cfg.TCPKeepAlive, "tcp-keepalive", cfg.TCPKeepAlive, "TCP keep-alive period of client connections (0: off)")
+	l.Duration(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long to wait for held locks to be released or expire (0: leave at once)")
+	l.Func("acquire-wait", `wait budget for every key: "auto" or a duration (0s = exact try-lock)`, func(wait string) {
+		cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}}
+	})
+	l.Float64(&cfg.WaitFraction, "acquire-wait-fraction", cfg.WaitFraction, "auto wait budget as a fraction of the requested TTL")
+	l.Duration(&cfg.WaitMax, "acquire-wait-max", cfg.WaitMax, "cap of the auto wait budget")
+	l.Bool(&cfg.WaitFirstTry, "acquire-wait-first-try", cfg.WaitFirstTry, "let an acquire's first try wait too (default: only a retry of the same key and token waits, no longer than the client waited before it)")
+	l.Int(&cfg.Threshold, "writer-threshold", cfg.Threshold, "ShiftLock N: consecutive writer grants before readers get the lock")
+	l.Bool(&cfg.QuorumRouting, "quorum-routing", cfg.QuorumRouting, "take each key's locks at one home proxy of the memory node, so that RedLock clients asking several proxies share one lock")
+	l.Bool(&cfg.RedlockQuorum, "redlock-quorum", cfg.RedlockQuorum, "RedLock clients use several of these proxies as their instances: the same key and token (at least 16 bytes) held through another proxy counts as the same owner")
+	l.String(&cfg.Frontend, "frontend", cfg.Frontend, `RESP front end: "gnet" (event loops) or "redcon" (a goroutine per connection)`)
+	l.Int(&cfg.EventLoops, "event-loops", cfg.EventLoops, "gnet event loops")
+	l.Int(&cfg.Procs, "procs", cfg.Procs, "CPUs running Go code at once (GOMAXPROCS; 0: one per gnet event loop, or all with redcon)")
+	l.String(&cfg.MetricsListen, "metrics", cfg.MetricsListen, `address serving /metrics ("" disables)`)
+	l.String(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile here until shutdown (diagnostics)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -289,55 +275,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if *file != "" {
-		if err := flagfile.Load(*file, &cfg); err != nil {
-			return config{}, err
-		}
+	if err := l.Apply(&cfg); err != nil {
+		return config{}, err
 	}
-	set := flagfile.Given(fs)
-	over := func(name string, apply func()) {
-		if set[name] {
-			apply()
-		}
-	}
-	over("listen", func() { cfg.Listen = f.Listen })
-	over("memnode", func() { cfg.Memnodes = memnodes })
-	over("etcd", func() { cfg.Etcd = etcd })
-	over("shard", func() { cfg.Shards = shards })
-	over("entries", func() { cfg.Entries = f.Entries })
-	over("state-dir", func() { cfg.StateDir = f.StateDir })
-	over("range-trees", func() { cfg.RangeTrees = f.RangeTrees })
-	over("peer-listen", func() { cfg.PeerListen = f.PeerListen })
-	over("advertise", func() { cfg.Advertise = f.Advertise })
-	over("name", func() { cfg.Name = f.Name })
-	over("requirepass", func() { cfg.Requirepass = f.Requirepass })
-	over("maxclients", func() { cfg.MaxClients = f.MaxClients })
-	over("max-output-bytes", func() { cfg.MaxOutputBytes = f.MaxOutputBytes })
-	over("fabric-secret-file", func() { cfg.FabricSecretFile = f.FabricSecretFile })
-	over("fabric-insecure", func() { cfg.FabricInsecure = f.FabricInsecure })
-	over("fabric", func() { cfg.Fabric = f.Fabric })
-	over("verbs-device", func() { cfg.VerbsDevice = f.VerbsDevice })
-	over("verbs-port", func() { cfg.VerbsPort = f.VerbsPort })
-	over("verbs-gid", func() { cfg.VerbsGID = f.VerbsGID })
-	over("tls-listen", func() { cfg.TLSListen = f.TLSListen })
-	over("tls-cert-file", func() { cfg.TLSCertFile = f.TLSCertFile })
-	over("tls-key-file", func() { cfg.TLSKeyFile = f.TLSKeyFile })
-	over("tls-ca-cert-file", func() { cfg.TLSCACertFile = f.TLSCACertFile })
-	over("drain-timeout", func() { cfg.DrainTimeout = f.DrainTimeout })
-	over("timeout", func() { cfg.IdleTimeout = f.IdleTimeout })
-	over("tcp-keepalive", func() { cfg.TCPKeepAlive = f.TCPKeepAlive })
-	over("acquire-wait", func() { cfg.AcquireWait = []waitRule{{Pattern: "*", Wait: wait}} })
-	over("acquire-wait-fraction", func() { cfg.WaitFraction = f.WaitFraction })
-	over("acquire-wait-max", func() { cfg.WaitMax = f.WaitMax })
-	over("acquire-wait-first-try", func() { cfg.WaitFirstTry = f.WaitFirstTry })
-	over("writer-threshold", func() { cfg.Threshold = f.Threshold })
-	over("quorum-routing", func() { cfg.QuorumRouting = f.QuorumRouting })
-	over("redlock-quorum", func() { cfg.RedlockQuorum = f.RedlockQuorum })
-	over("frontend", func() { cfg.Frontend = f.Frontend })
-	over("event-loops", func() { cfg.EventLoops = f.EventLoops })
-	over("procs", func() { cfg.Procs = f.Procs })
-	over("metrics", func() { cfg.MetricsListen = f.MetricsListen })
-	over("log-level", func() { cfg.LogLevel = f.LogLevel })
 	if cfg.Frontend != "gnet" && cfg.Frontend != "redcon" {
 		return config{}, fmt.Errorf("frontend must be \"gnet\" or \"redcon\", got %q", cfg.Frontend)
 	}

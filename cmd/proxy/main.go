@@ -39,6 +39,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/membership"
 	"github.com/shiftlock/shiftlock-proxy/resp"
 )
 
@@ -93,19 +94,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeHosts()
-	if err := joinAll(ctx, ms); err != nil {
+	if err := membership.JoinAll(ctx, ms); err != nil {
 		log.Error("joining memory nodes", zap.Error(err))
 		return 1
 	}
 	doms := make([]*lockmap.Domain, len(ms))
 	route := cfg.QuorumRouting
 	for i, mb := range ms {
-		doms[i] = mb.dom
-		route = route && !mb.solo // an embedded memory node has no other proxies
+		doms[i] = mb.Dom
+		route = route && !mb.Solo // an embedded memory node has no other proxies
 	}
 	defer func() {
 		for _, mb := range ms {
-			mb.close()
+			mb.Close()
 		}
 	}()
 	wait, _ := cfg.waitPolicy()
@@ -124,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sctx, stopSupervisors := context.WithCancel(context.Background())
 	defer stopSupervisors()
 	for _, mb := range ms {
-		go mb.supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.name).Inc(); m.watchDomain(lm, mb.index) })
+		go mb.Supervise(sctx, lm, func() { m.rejoins.WithLabelValues(mb.Name).Inc(); m.watchDomain(lm, mb.Index) })
 	}
 	users, _ := cfg.respUsers()
 	srv := resp.New(resp.Config{Map: lm, Wait: wait, Password: cfg.Requirepass, Users: users, Logger: log, OnCommand: m.onCommand,

@@ -1,6 +1,7 @@
 // Package docsection rewrites one generated section of a Markdown file,
 // between "<!-- BEGIN name -->" and "<!-- END name -->", leaving everything
-// else alone, so several benchmark commands can share docs/benchmarks.md.
+// else alone, so several benchmark commands can share one page (docs/benchmarks/range.md
+// holds two generated sections).
 package docsection
 
 import (

@@ -58,7 +58,7 @@ func Root() (string, error) {
 // a guest with no Go toolchain.
 const BinEnv = "SHIFTLOCK_TEST_BIN"
 
-// Bin builds cmd/<name> once per test process and returns its path (or
+// Bin builds cmd/<name> (or bench/cmd/<name>) once per test process and returns its path (or
 // returns $SHIFTLOCK_TEST_BIN/<name>, see BinEnv).
 func Bin(t testing.TB, name string) string {
 	t.Helper()
@@ -86,8 +86,12 @@ func Bin(t testing.TB, name string) string {
 		}
 		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, name), "./cmd/"+name)
 		cmd.Dir = root
+		// The evaluation wing's commands build in their own module.
+		if _, serr := os.Stat(filepath.Join(root, "cmd", name)); serr != nil {
+			cmd.Dir = filepath.Join(root, "bench")
+		}
 		if out, cerr := cmd.CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, cerr, out)
+			err = fmt.Errorf("go build ./cmd/%s in %s: %v\n%s", name, cmd.Dir, cerr, out)
 		}
 		built[name] = err
 	}

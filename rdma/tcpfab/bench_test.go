@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkMaskedCAS128 is one verb round trip over loopback, client and
-// server in this process (cmd/fabricbench measures against a real memnode
+// server in this process (bench/cmd/fabricbench measures against a real memnode
 // process). Allocations are both ends' together.
 func BenchmarkMaskedCAS128(b *testing.B) {
 	ts := startServer(b, memnode.Config{Entries: 1024, DeadAfter: time.Hour})

@@ -22,7 +22,7 @@ img=$("$here/image.sh")
 [ -e "$img/ready" ] || { echo "test-verbs: image.sh named no image ($img)" >&2; exit 1; }
 echo "test-verbs: image $img ($(took "$t"))"
 
-tests=${RXE_TESTS:-"verbs=rdma/verbs:Verbs shiftlock=shiftlock:Verbs baseline=shiftlock/baseline:Verbs itest=itest:Verbs"}
+tests=${RXE_TESTS:-"verbs=rdma/verbs:Verbs shiftlock=shiftlock:Verbs baseline=bench/shiftlock/baseline:Verbs itest=itest:Verbs"}
 job=$(mktemp -d "${TMPDIR:-/tmp}/shiftlock-rxe.XXXXXX")
 trap 'rm -rf "$job"' EXIT
 t=$(now)
@@ -31,7 +31,12 @@ go build -tags verbs -o "$job/bin/" ./cmd/proxy ./cmd/memnode
 mkdir -p "$job/t"
 for spec in $tests; do
   name=${spec%%=*} rest=${spec#*=}
-  go test -c -tags verbs -o "$job/t/$name.test" "./${rest%%:*}"
+  pkg=${rest%%:*}
+  # Packages of the evaluation module (bench/, its own go.mod) build there.
+  case $pkg in
+    bench/*) (cd bench && go test -c -tags verbs -o "$job/t/$name.test" "./${pkg#bench/}") ;;
+    *) go test -c -tags verbs -o "$job/t/$name.test" "./$pkg" ;;
+  esac
 done
 echo "test-verbs: host build ($(took "$t"))"
 
