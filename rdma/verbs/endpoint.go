@@ -54,12 +54,12 @@ type Endpoint struct {
 	ctl        *tcpfab.Endpoint
 	dev        *device
 	releaseDev func()
-	log     *zap.Logger
-	node    rdma.NodeID
-	layout  rdma.Layout
-	regions map[rdma.RegionID]*RegionMap
-	mode    LockTableMode
-	timeout time.Duration
+	log        *zap.Logger
+	node       rdma.NodeID
+	layout     rdma.Layout
+	regions    map[rdma.RegionID]*RegionMap
+	mode       LockTableMode
+	timeout    time.Duration
 
 	mem []byte
 	mr  *ibv.MR
