@@ -201,6 +201,6 @@ func TestVerbsRangeLocks(t *testing.T) {
 		p, _ := verbsProxy(t, mn)
 		ps = append(ps, p)
 	}
-	rangeAcrossProxies(t, client(t, ps[1].Addr), client(t, ps[2].Addr), 20000)
+	rangeAcrossProxies(t, grantClient(t, ps[1].Addr, 20000), grantClient(t, ps[2].Addr, 20000), 20000)
 	rangeRecoveryAfterKill(t, ps, 20000)
 }
