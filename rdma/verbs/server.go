@@ -105,8 +105,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, dev: dev, mode: cfg.LockTable, allocs: map[rdma.RegionID][]byte{},
 		members: map[*member]struct{}{}, scratch: make([]byte, MsgMax), stop: make(chan struct{})}
 	if s.mode == LockTableAuto {
-		// No device here has extended atomics (ExtendedAtomics): the
-		// lock table goes through the CPU.
+		// No extended atomics are implemented (LockTableAuto): the lock
+		// table goes through the CPU.
 		s.mode = LockTableCPU
 	}
 	if s.mode == LockTableOneSided {
