@@ -74,7 +74,7 @@ type ServerConfig struct {
 
 // ErrNotBuilt is what every entry point returns in a build without the
 // verbs tag.
-var ErrNotBuilt = errors.New("verbs: this binary was built without RDMA support; rebuild with -tags verbs (needs libibverbs-dev): go build -tags verbs ./cmd/...")
+var ErrNotBuilt = errors.New("verbs: this binary was built without RDMA support; rebuild it with -tags verbs, which needs libibverbs-dev (make build-verbs)")
 
 // DeviceCounters reads an RDMA device's own counters, the ones `rdma
 // statistic show` lists: /sys/class/infiniband/DEVICE/ports/PORT/hw_counters

@@ -12,9 +12,11 @@ import (
 type LockTableMode uint8
 
 const (
-	// LockTableAuto picks the mode the device allows: one-sided with
-	// extended atomics, which no device has here (see ExtendedAtomics),
-	// and so LockTableCPU.
+	// LockTableAuto picks the mode the device allows. One-sided ShiftLock
+	// needs extended (masked, 16-byte) atomics, which standard libibverbs
+	// cannot post and this package does not implement for any device
+	// (docs/shiftlock.md, "A ConnectX (mlx5) user"), so auto is
+	// LockTableCPU on every device, ConnectX included.
 	LockTableAuto LockTableMode = iota
 	// LockTableCPU: every verb on a lock-table or range-tree word is
 	// executed by the memory node's CPU, requested with a two-sided SEND

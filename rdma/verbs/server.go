@@ -105,8 +105,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, dev: dev, mode: cfg.LockTable, allocs: map[rdma.RegionID][]byte{},
 		members: map[*member]struct{}{}, scratch: make([]byte, MsgMax), stop: make(chan struct{})}
 	if s.mode == LockTableAuto {
-		// No device here has extended atomics (ExtendedAtomics): the
-		// lock table goes through the CPU.
+		// No extended atomics are implemented (LockTableAuto): the lock
+		// table goes through the CPU.
 		s.mode = LockTableCPU
 	}
 	if s.mode == LockTableOneSided {
@@ -166,6 +166,23 @@ func (g guardHost) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.R
 	}
 	return g.Host.Recover(ctx, req)
 }
+
+// Range serves range-lock names (rdma.RangeHost) when the memory node
+// does. The wrapper must say so itself: tcpfab finds a RangeHost by a type
+// assertion, which the embedded rdma.Host alone would fail, and a memnode
+// on -fabric verbs then refused every LOCK.RANGE bind as serving no range
+// locks. The trees need nothing more of this fabric: their region is CPU
+// (Plan), and a bind, unbind or repair is control-path traffic on the
+// member's TCP control connection, as on tcpfab.
+func (g guardHost) Range(ctx context.Context, n rdma.NodeID, req rdma.RangeRequest) (rdma.RangeReply, error) {
+	rh, ok := g.Host.(rdma.RangeHost)
+	if !ok {
+		return rdma.RangeReply{}, fmt.Errorf("%w: this memory node serves no range locks", rdma.ErrBadRequest)
+	}
+	return rh.Range(ctx, n, req)
+}
+
+var _ rdma.RangeHost = guardHost{}
 
 func (s *Server) atomicOneSided(id rdma.RegionID) bool {
 	return id == rdma.RegionLocks && s.mode == LockTableOneSided

@@ -319,8 +319,6 @@ func (d *decoder) err_() error {
 	return &wireError{text: text, mask: mask}
 }
 
-func errSize(err error) int { return 3 + min(len(err.Error()), maxErrText) }
-
 // Sizes of the parts of a CPU request and reply.
 const (
 	opFixed     = 12 // verb, flags, region, offset

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
@@ -362,4 +363,42 @@ func FuzzDecodeAttach(f *testing.F) {
 			t.Fatalf("reply %x re-encodes differently", p)
 		}
 	})
+}
+
+// TestRequestSizes: the endpoint packs verbs into CPU requests of at most
+// MsgMax bytes by adding up opRequestSize, so it must be exactly what
+// appendRequest writes for each verb, or a request could outgrow the memory
+// node's receive buffer.
+func TestRequestSizes(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 36))
+	for i := 0; i < 1000; i++ {
+		ops := make([]rdma.Op, 1+r.IntN(4))
+		want := msgHeader
+		for k := range ops {
+			ops[k] = randomOp(r)
+			want += opRequestSize(&ops[k])
+		}
+		if got := len(appendRequest(nil, 1, ops)); got != want {
+			t.Fatalf("%+v: encoded in %d bytes, opRequestSize says %d", ops, got, want)
+		}
+	}
+	if n := opRequestSize(&rdma.Op{Verb: rdma.VerbSend}); n != -1 {
+		t.Fatalf("a Send, which is no memory verb, has request size %d", n)
+	}
+}
+
+// TestGIDIndex: a GID index is a number or "" (the port's first IPv4
+// RoCE v2 GID, -1 to the device layer); anything else is refused with a
+// message that names it.
+func TestGIDIndex(t *testing.T) {
+	for gid, want := range map[string]int{"": -1, "0": 0, "3": 3} {
+		if got, err := (DeviceConfig{GID: gid}).gidIndex(); err != nil || got != want {
+			t.Fatalf("GID %q: %d %v, want %d", gid, got, err, want)
+		}
+	}
+	for _, gid := range []string{"-1", "x", "1.5"} {
+		if _, err := (DeviceConfig{GID: gid}).gidIndex(); err == nil || !strings.Contains(err.Error(), gid) {
+			t.Fatalf("GID %q: %v, want an error that names it", gid, err)
+		}
+	}
 }
