@@ -605,3 +605,62 @@ func TestRangeFailoverAcrossProxies(t *testing.T) {
 	}
 	t.Logf("second failover: vol [0, 100) granted %v after the successor's last grant was asked for", at2.Sub(sent2).Round(time.Millisecond))
 }
+
+// TestRangeMemnodeRestart: a memnode process killed -9 while proxies hold
+// spans, and started again on its address and state directory, grants none
+// of those spans before its holder's TTL has run out, and with larger
+// fences; the old spans are gone (their release answers 0), and the
+// proxies bind names again on the new generation and exclude each other
+// there.
+func TestRangeMemnodeRestart(t *testing.T) {
+	port := testproc.FreePort(t)
+	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-entries", "4096", "-state-dir", t.TempDir()}
+	mn := testproc.Start(t, "memnode", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	pa := testproc.Proxy(t, "-memnode", mn.Addr)
+	pb := testproc.Proxy(t, "-memnode", mn.Addr)
+	a, b := client(t, pa.Addr), client(t, pb.Addr)
+	const ttl = 3000
+	sent := time.Now()
+	fa := mustRange(t, a, "vol", 0, 100, "a", "PX", ttl)
+	fs := mustRange(t, b, "vol", 5000, 6000, "r", "SHARED", "PX", ttl)
+	if fa == 0 || fs == 0 {
+		t.Fatal("spans refused on an idle memnode")
+	}
+	mn.Kill()
+	testproc.Start(t, "memnode-restarted", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+
+	var fb uint64
+	for fb == 0 {
+		if time.Since(sent) > time.Minute {
+			t.Fatal("vol [0, 100) was never granted after the memnode restarted")
+		}
+		f, err := rangeAcquire(t, b, "vol", 0, 6000, "b", "PX", 30000, "WAIT", 500)
+		if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Fatal(err)
+		}
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		fb = f
+	}
+	took := time.Since(sent)
+	if took < ttl*time.Millisecond {
+		t.Fatalf("a span held before the restart was granted again %v after it was asked for, inside its %d ms TTL", took, ttl)
+	}
+	if fb <= fa || fb <= fs {
+		t.Fatalf("fence after the restart %d, before it %d and %d", fb, fa, fs)
+	}
+	if n := rangeRelease(t, a, "vol", 0, 100, "a"); n != 0 {
+		t.Fatal("a span of the previous generation was released after the restart")
+	}
+	if f := mustRange(t, a, "vol", 50, 150, "a2", "SHARED", "PX", ttl, "WAIT", 0); f != 0 {
+		t.Fatalf("a reader granted through the other proxy inside a span held on the new generation (fence %d)", f)
+	}
+	if n := rangeRelease(t, b, "vol", 0, 6000, "b"); n != 1 {
+		t.Fatalf("release on the new generation: %d", n)
+	}
+	if f := mustRange(t, a, "vol", 50, 150, "a2", "PX", ttl, "WAIT", 2000); f <= fb {
+		t.Fatalf("after the release through the other proxy: fence %d, holder's %d", f, fb)
+	}
+	t.Logf("a span from before the restart granted again %v after it was first asked for", took.Round(time.Millisecond))
+}
