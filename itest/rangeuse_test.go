@@ -535,3 +535,170 @@ func TestRangeDrain(t *testing.T) {
 	}
 	waitExit(t, p, 30*time.Second)
 }
+
+// TestRangeFailoverAcrossProxies: two proxies following etcd share range
+// locks on the active memory node, through two failovers (the active node
+// killed -9, then the successor killed -9 after the first node came back
+// as a standby). After each takeover, a span the dead node granted is
+// granted again only once its TTL ran out, with a larger fence; spans
+// taken on the successor exclude overlapping spans through the other
+// proxy, and a name bound before the failover is bound again on the
+// successor by both proxies.
+func TestRangeFailoverAcrossProxies(t *testing.T) {
+	etcd := testproc.Etcd(t, 3)
+	portA, portB := testproc.FreePort(t), testproc.FreePort(t)
+	mnA := haMemnode(t, etcd, portA, testproc.MemnodeReady)
+	mnB := haMemnode(t, etcd, portB, memnodeStandby)
+	var cs []*redis.Client
+	for i := 0; i < 2; i++ {
+		p := testproc.Proxy(t, "-etcd", strings.Join(etcd.Endpoints(), ","), "-shard", "default",
+			"-peer-listen", "127.0.0.1:0", "-name", fmt.Sprintf("proxy-%d", i))
+		cs = append(cs, client(t, p.Addr))
+	}
+	const ttl = 2000
+	// acquireAfter retries c's acquire through the takeover (TRYAGAIN while
+	// the proxy follows the new node) until it is granted.
+	acquireAfter := func(c *redis.Client, l, r uint64, token string) (uint64, time.Time) {
+		t.Helper()
+		start := time.Now()
+		for {
+			if time.Since(start) > 60*time.Second {
+				t.Fatalf("no grant of vol [%d, %d) for 60 s after the active memory node was killed", l, r)
+			}
+			f, err := rangeAcquire(t, c, "vol", l, r, token, "PX", ttl, "WAIT", 500)
+			if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+				t.Fatal(err)
+			}
+			if err == nil && f != 0 {
+				return f, time.Now()
+			}
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	// excludes checks, through the other proxy, that [l, r) of vol is held.
+	excludes := func(c *redis.Client, l, r uint64) {
+		t.Helper()
+		if f := mustRange(t, c, "vol", l, r, "probe", "PX", ttl, "WAIT", 0); f != 0 {
+			t.Fatalf("vol [%d, %d) granted through the other proxy while held (fence %d)", l, r, f)
+		}
+		if f := mustRange(t, c, "vol", l, r, "probe", "SHARED", "PX", ttl, "WAIT", 0); f != 0 {
+			t.Fatalf("a reader of vol [%d, %d) granted through the other proxy beside a writer (fence %d)", l, r, f)
+		}
+	}
+
+	sent := time.Now()
+	f1 := mustRange(t, cs[0], "vol", 0, 100, "a1", "PX", ttl)
+	f2 := mustRange(t, cs[1], "vol", 1000000, 1000100, "b1", "SHARED", "PX", ttl)
+	if f1 == 0 || f2 == 0 {
+		t.Fatal("spans refused on an idle memory node")
+	}
+	excludes(cs[1], 50, 150)
+
+	// First failover: the span proxy 0 held is granted through proxy 1.
+	mnA.Kill()
+	f3, at := acquireAfter(cs[1], 0, 100, "b2")
+	if took := at.Sub(sent); took < ttl*time.Millisecond {
+		t.Fatalf("vol [0, 100) granted again %v after it was first asked for, inside its %d ms TTL", took, ttl)
+	}
+	if f3 <= f1 || f3 <= f2 {
+		t.Fatalf("fence after the first failover %d, before %d and %d", f3, f1, f2)
+	}
+	if n := rangeRelease(t, cs[0], "vol", 0, 100, "a1"); n != 0 {
+		t.Fatal("a span of the dead memory node was released after the failover")
+	}
+	excludes(cs[0], 50, 150)
+	if f := mustRange(t, cs[0], "vol", 2000000, 2000100, "a2", "PX", ttl, "WAIT", 2000); f == 0 {
+		t.Fatal("a distant span refused through the other proxy on the successor")
+	}
+	t.Logf("first failover: vol [0, 100) granted again %v after it was first asked for", at.Sub(sent).Round(time.Millisecond))
+
+	// Second failover: the first node comes back as a standby, the
+	// successor is killed, and the span proxy 1 held on the successor is
+	// granted through proxy 0 once its TTL ran out.
+	haMemnode(t, etcd, portA, memnodeStandby)
+	sent2 := time.Now()
+	f4 := mustRange(t, cs[1], "vol", 3000000, 3000001, "b3", "PX", ttl, "WAIT", 2000)
+	if f4 == 0 {
+		t.Fatal("a span refused on the successor")
+	}
+	mnB.Kill()
+	f5, at2 := acquireAfter(cs[0], 0, 100, "a3")
+	if took := at2.Sub(sent2); took < ttl*time.Millisecond {
+		t.Fatalf("vol [0, 100) granted %v after the successor's last grant was asked for, inside its %d ms TTL", took, ttl)
+	}
+	if f5 <= f3 || f5 <= f4 {
+		t.Fatalf("fence after the second failover %d, before %d and %d", f5, f3, f4)
+	}
+	excludes(cs[1], 0, 100)
+	if n := rangeRelease(t, cs[1], "vol", 0, 100, "b2"); n != 0 {
+		t.Fatal("a span of the dead successor was released after the second failover")
+	}
+	if n := rangeRelease(t, cs[0], "vol", 0, 100, "a3"); n != 1 {
+		t.Fatalf("release on the third node: %d", n)
+	}
+	if f := mustRange(t, cs[1], "vol", 50, 150, "b4", "PX", ttl, "WAIT", 2000); f <= f5 {
+		t.Fatalf("after the release through the other proxy: fence %d, holder's %d", f, f5)
+	}
+	t.Logf("second failover: vol [0, 100) granted %v after the successor's last grant was asked for", at2.Sub(sent2).Round(time.Millisecond))
+}
+
+// TestRangeMemnodeRestart: a memnode process killed -9 while proxies hold
+// spans, and started again on its address and state directory, grants none
+// of those spans before its holder's TTL has run out, and with larger
+// fences; the old spans are gone (their release answers 0), and the
+// proxies bind names again on the new generation and exclude each other
+// there.
+func TestRangeMemnodeRestart(t *testing.T) {
+	port := testproc.FreePort(t)
+	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-entries", "4096", "-state-dir", t.TempDir()}
+	mn := testproc.Start(t, "memnode", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	pa := testproc.Proxy(t, "-memnode", mn.Addr)
+	pb := testproc.Proxy(t, "-memnode", mn.Addr)
+	a, b := client(t, pa.Addr), client(t, pb.Addr)
+	const ttl = 3000
+	sent := time.Now()
+	fa := mustRange(t, a, "vol", 0, 100, "a", "PX", ttl)
+	fs := mustRange(t, b, "vol", 5000, 6000, "r", "SHARED", "PX", ttl)
+	if fa == 0 || fs == 0 {
+		t.Fatal("spans refused on an idle memnode")
+	}
+	mn.Kill()
+	testproc.Start(t, "memnode-restarted", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+
+	var fb uint64
+	for fb == 0 {
+		if time.Since(sent) > time.Minute {
+			t.Fatal("vol [0, 100) was never granted after the memnode restarted")
+		}
+		f, err := rangeAcquire(t, b, "vol", 0, 6000, "b", "PX", 30000, "WAIT", 500)
+		if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			t.Fatal(err)
+		}
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		fb = f
+	}
+	took := time.Since(sent)
+	if took < ttl*time.Millisecond {
+		t.Fatalf("a span held before the restart was granted again %v after it was asked for, inside its %d ms TTL", took, ttl)
+	}
+	if fb <= fa || fb <= fs {
+		t.Fatalf("fence after the restart %d, before it %d and %d", fb, fa, fs)
+	}
+	if n := rangeRelease(t, a, "vol", 0, 100, "a"); n != 0 {
+		t.Fatal("a span of the previous generation was released after the restart")
+	}
+	if f := mustRange(t, a, "vol", 50, 150, "a2", "SHARED", "PX", ttl, "WAIT", 0); f != 0 {
+		t.Fatalf("a reader granted through the other proxy inside a span held on the new generation (fence %d)", f)
+	}
+	if n := rangeRelease(t, b, "vol", 0, 6000, "b"); n != 1 {
+		t.Fatalf("release on the new generation: %d", n)
+	}
+	if f := mustRange(t, a, "vol", 50, 150, "a2", "PX", ttl, "WAIT", 2000); f <= fb {
+		t.Fatalf("after the release through the other proxy: fence %d, holder's %d", f, fb)
+	}
+	t.Logf("a span from before the restart granted again %v after it was first asked for", took.Round(time.Millisecond))
+}

@@ -15,8 +15,9 @@ const (
 	// RegionNodes holds the node table: one NodeSlotSize slot per NodeID,
 	// where each node heartbeats with one-sided writes.
 	RegionNodes RegionID = 3
-	// RegionRanges holds range-lock trees (package rangelock): 8-byte
-	// nodes. A memory node registers it only when configured with room for
+	// RegionRanges holds range-lock trees (package rangelock): 16-byte
+	// slots, a tree's fencing counter in its first and its nodes after
+	// it. A memory node registers it only when configured with room for
 	// trees.
 	RegionRanges RegionID = 4
 )
