@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
@@ -467,6 +469,9 @@ func (c *Client) QueryOwner(ctx context.Context, i uint64, tail Tail, tag uint64
 				return 0, false
 			}
 		case <-timer.C:
+			// Every question is answered unless a proxy died holding it:
+			// worth a line, since the try answered no after the whole wait.
+			c.log.Warn("owner question unanswered", zap.Uint64("entry", i), zap.Stringer("tail", tail), zap.Duration("waited", wait))
 			return 0, false
 		case <-ctx.Done():
 			return 0, false

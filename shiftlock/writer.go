@@ -308,7 +308,10 @@ func (c *Client) settle(ctx context.Context, g *Guard, finish func(context.Conte
 	switch err := finish(actx); {
 	case err == nil, errors.Is(err, errSameOwner):
 		return err
-	case errors.Is(err, errNotOwner), actx.Err() != nil:
+	case errors.Is(err, errNotOwner):
+		return ctx.Err()
+	case actx.Err() != nil:
+		c.log.Warn("owner question unanswered", zap.Uint64("entry", g.entry), zap.Stringer("pred", pred), zap.Duration("waited", c.cfg.OwnerAnswerWait))
 		return ctx.Err()
 	default:
 		return err
