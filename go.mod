@@ -63,3 +63,5 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 	gopkg.in/yaml.v3 v3.0.1
 )
+
+replace github.com/panjf2000/gnet/v2 => ./third_party/gnet
