@@ -126,7 +126,7 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 	for {
 		var n int
 		var err error
-		if msec < 0 {
+		if msec < 0 && ParkWhen != nil && ParkWhen() {
 			n, err = p.park(el.events)
 		} else {
 			n, err = unix.EpollWait(p.fd, el.events, msec)
@@ -251,6 +251,15 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", unix.EpollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))
 }
+
+// ParkWhen, if set, tells an idle event loop to wait parked in the Go
+// scheduler (park) rather than blocked in epoll_wait, which is cheaper (no
+// trip through Go's netpoller for every wake-up) but keeps the loop's P.
+// The embedding application sets it once, before it starts an engine; it
+// is called on the loop's goroutine before every blocking wait and must be
+// cheap. It should return true while goroutines other than the loops do
+// work the loops' clients wait for.
+var ParkWhen func() bool
 
 // park waits for events like EpollWait(p.fd, events, -1), but parked in the
 // Go scheduler rather than blocked in the system call (shiftlock-proxy's
