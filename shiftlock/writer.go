@@ -271,10 +271,11 @@ func (c *Client) waitHandover(ctx context.Context, g *Guard, w *waiter) error {
 var errNotOwner = errors.New("shiftlock: no writer ahead has the same owner")
 
 // OwnerAnswerCap is the default bound of a wait for a definite answer about
-// an owner tag (Config.OwnerAnswerWait; QueryOwner's callers use it too). Every question is answered, yes or no, as soon as
-// the writers it reaches know (owner.go); only a proxy that dies while it
-// holds a question leaves it unanswered, and this is how long the asker
-// then waits before it takes the silence as a no.
+// an owner tag (Config.OwnerAnswerWait; QueryOwner's callers use it too).
+// Every question is answered, yes or no, as soon as the writers it reaches
+// know (owner.go); only a proxy that dies while it holds a question leaves
+// it unanswered, and this is how long the asker then waits before it takes
+// the silence as a no.
 const OwnerAnswerCap = time.Second
 
 // settle is a tagged writer's last question when its deadline (ctx) has
