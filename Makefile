@@ -48,11 +48,6 @@ vet:
 	$(GO) vet $(PKGS)
 	$(BENCH) $(GO) vet $(PKGS)
 
-# Known defects of issue 33 that itest shows but that are not fixed yet
-# (itest/known_test.go): their tests are skipped here so that CI stays green.
-# Whoever fixes one deletes its variable here.
-KNOWN_DEFECTS ?= SHIFTLOCK_KNOWN_EXTEND_RACE=1
-
 # Unit, property, integration and short fuzz runs. Installs redis-server and
 # friends when missing (as root, via apt).
 test: deps vet build
@@ -67,7 +62,7 @@ test: deps vet build
 # sharing the cores (-Otarget keeps each module's output together).
 .PHONY: test-product test-bench
 test-product:
-	$(KNOWN_DEFECTS) $(GO) test -race -timeout 12m $(PKGS)
+	$(GO) test -race -timeout 12m $(PKGS)
 test-bench:
 	$(BENCH) $(GO) test -race -p 1 -timeout 12m $(PKGS)
 
@@ -80,7 +75,7 @@ test-bench:
 test-clients: deps build
 	$(GO) vet -tags clientsuites ./itest/upstream/
 	cd itest/upstream/tempredis && $(GO) vet .
-	$(KNOWN_DEFECTS) $(GO) test -tags clientsuites -count=1 -timeout 20m -v ./itest/upstream/
+	$(GO) test -tags clientsuites -count=1 -timeout 20m -v ./itest/upstream/
 
 # The verbs fabric (rdma/verbs) against the Linux kernel's soft-RoCE in a
 # qemu guest: the conformance suite, ShiftLock's checker, the CAS/DSLR/MCS

@@ -53,3 +53,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1
 )
+
+replace github.com/panjf2000/gnet/v2 => ./third_party/gnet

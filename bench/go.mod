@@ -62,3 +62,5 @@ require (
 
 // The evaluation wing always measures the product next to it.
 replace github.com/shiftlock/shiftlock-proxy => ../
+
+replace github.com/panjf2000/gnet/v2 => ../third_party/gnet

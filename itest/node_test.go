@@ -1,87 +1,31 @@
 package itest
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/nodemods"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
 
 // Node.js clients multiplex every caller over one connection (ioredis,
 // node-redis), which no Go client here does. itest/node holds a pinned
 // package.json and package-lock.json and the script that drives them
-// (clients.js); nodeModules installs them with `npm ci` into a cache
-// directory outside the repository, keyed by the lock file, so that a
-// clean machine needs only node, npm (scripts/install-deps.sh) and the npm
-// registry.
+// (clients.js); internal/nodemods installs them (npm ci, into a cache
+// directory outside the repository, shared with cmd/proxybench).
 
-// nodeModules returns the node_modules directory of itest/node's lock file,
-// installing it on first use. Test processes of several packages may ask at
-// once: an flock serialises them.
+// nodeModules returns the node_modules directory of itest/node's lock file.
 func nodeModules(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal("node missing (make test installs it: scripts/install-deps.sh)")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Fatal("npm missing (make test installs it: scripts/install-deps.sh)")
-	}
-	pkg, err := os.ReadFile("node/package.json")
+	mods, err := nodemods.Install("node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.ReadFile("node/package-lock.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(append(pkg, lock...))
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "shiftlock-proxy", "node-"+hex.EncodeToString(sum[:6]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lf, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-	done := filepath.Join(dir, ".installed")
-	if _, err := os.Stat(done); err == nil {
-		return filepath.Join(dir, "node_modules")
-	}
-	for name, data := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
-	if err := os.WriteFile(done, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(dir, "node_modules")
+	return mods
 }
 
 // runNode runs scenario of itest/node/clients.js against the server at addr

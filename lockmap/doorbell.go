@@ -101,6 +101,10 @@ func (d *Doorbell) Close() { d.quitOnce.Do(func() { close(d.quit) }) }
 // Pending reports whether anything staged waits to be posted.
 func (d *Doorbell) Pending() bool { return len(d.groups) > 0 }
 
+// InFlight reports whether a launched batch has not been answered yet: its
+// answer will come later, through Launch's back (the owner's goroutine).
+func (d *Doorbell) InFlight() bool { return len(d.out) > 0 }
+
 // Len is the number of staged operations waiting to be posted.
 func (d *Doorbell) Len() int {
 	n := 0

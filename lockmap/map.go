@@ -879,11 +879,15 @@ func ownerTag(key, token string) uint64 {
 }
 
 // tagGrace bounds how long a try-only acquire waits for the queue's answer
-// about its owner tag. The answer is a message round trip between proxies,
-// or, when the same client's request through another proxy was granted a
-// moment ago and not yet answered, that answer's time; a queue without the
-// tag answers no at once.
-var tagGrace = 2 * time.Millisecond // a variable for tests only
+// about its owner tag (shiftlock.Client.QueryOwner). The answer is a
+// message round trip between proxies, or, when the same client's request
+// through another proxy was granted a moment ago and not yet answered, that
+// answer's time; a queue without the tag answers no at once. Every
+// question is answered, so the bound only matters for a proxy that died
+// holding one: a shorter one made the answer a race that a loaded host
+// lost (issue 33 item 3: SET NX PX through 8 proxies refused after 8-18 ms
+// with a 2 ms grace, although the same client held the key).
+var tagGrace = shiftlock.OwnerAnswerCap // a variable for tests only
 
 // heldByOther reports whether key has a hold of another token here.
 func (m *Map) heldByOther(key, token string) bool {

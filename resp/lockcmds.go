@@ -252,7 +252,9 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 	if st.bell != nil && opt.Mode == shiftlock.Exclusive && !m.Inline() {
 		st.deferred = true
 		done := st.done
+		offLoop.Add(1)
 		m.AcquireAsync(st.bell, st.base, key, token, opt, func(fence uint64, ok bool, err error) {
+			offLoop.Add(-1)
 			done(func(w *replyWriter) { reply(w, fence, ok, err) })
 		})
 		return

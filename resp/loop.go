@@ -121,10 +121,27 @@ type loopBell struct {
 	// schedule runs f on the loop once the events of the current pass are
 	// handled (gnet: EventLoop.Execute). Any goroutine may call it.
 	schedule func(f func())
+	counted  bool // a batch in flight is counted in offLoop
 }
 
 func (s *Server) newLoopBell(schedule func(func())) *loopBell {
-	return &loopBell{d: s.cfg.Map.NewDoorbell(), inline: s.cfg.Map.Inline(), schedule: schedule}
+	b := &loopBell{d: s.cfg.Map.NewDoorbell(), inline: s.cfg.Map.Inline()}
+	// A late answer comes back through schedule: count it out once it is in.
+	b.schedule = func(f func()) { schedule(func() { f(); b.track() }) }
+	return b
+}
+
+// track keeps offLoop counting this doorbell while a batch it launched is
+// unanswered: the answer needs the fabric's readers to run. On the loop.
+func (b *loopBell) track() {
+	if in := b.d.InFlight(); in != b.counted {
+		b.counted = in
+		if in {
+			offLoop.Add(1)
+		} else {
+			offLoop.Add(-1)
+		}
+	}
 }
 
 // after is called by the loop after a connection's batch: anything started
@@ -152,6 +169,7 @@ const ringPatience = 2 * time.Millisecond
 func (b *loopBell) ring() {
 	b.scheduled = false
 	b.d.Launch(context.Background(), ringPatience, b.schedule)
+	b.track()
 }
 
 // action is what a batch leaves to do.

@@ -226,10 +226,12 @@ func waiting(st, x *connState, c *command, args [][]byte, wake func()) (*pending
 // connection when it is done.
 func (s *Server) goWait(p *pending, c *command, args [][]byte, wake func()) {
 	s.offloaded.Add(1)
+	offLoop.Add(1)
 	s.waiters.run(func() {
 		s.run(p.x, c, args)
 		s.onCommand(c.name)
 		p.fin.Store(true)
+		offLoop.Add(-1)
 		wake()
 	})
 }

@@ -80,6 +80,11 @@ type Config struct {
 	// would. It costs no memory-node verb: an uncontended acquire and
 	// release stay one atomic each (G1).
 	OwnerTags bool
+	// OwnerAnswerWait bounds how long a tagged writer whose deadline has
+	// passed waits for the answer to its last owner question (settle;
+	// default OwnerAnswerCap). Only a proxy that died holding the question
+	// leaves it unanswered.
+	OwnerAnswerWait time.Duration
 
 	Logger *zap.Logger
 
@@ -110,6 +115,9 @@ func (c *Config) defaults() {
 	}
 	if c.SuccessorTimeout <= 0 {
 		c.SuccessorTimeout = time.Second
+	}
+	if c.OwnerAnswerWait <= 0 {
+		c.OwnerAnswerWait = OwnerAnswerCap
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

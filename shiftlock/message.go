@@ -24,7 +24,7 @@ const (
 	// msgOwnerQuery: does the receiving slot, or a writer ahead of it in the
 	// queue, carry owner tag Value? The answer goes to the slot named by
 	// Node and U32: msgSameOwner if yes; msgNotOwner if no and flagWantNo
-	// is set (a try that would otherwise wait out its grace).
+	// is set (a try, or a queued writer whose deadline passed: settle).
 	msgOwnerQuery = 5
 	// msgNotOwner: the queue was walked to its head and nobody vouched for
 	// the asked tag is in it.

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
 
@@ -169,18 +171,29 @@ func (t *ownerTable) get(tg rdma.Target) *owner {
 	return o
 }
 
-func (t *ownerTable) remove(tg rdma.Target) {
+// remove drops slot tg's recognition state and returns the questions it
+// was keeping that want a no: their askers wait for an answer, and nothing
+// will reach the slot any more. The others belong to queued writers, which
+// simply wait their turn.
+func (t *ownerTable) remove(tg rdma.Target) (unanswered []query) {
 	s := t.shard(tg)
 	s.mu.Lock()
 	o := s.m[tg]
 	delete(s.m, tg)
 	s.mu.Unlock()
-	if o != nil {
-		o.mu.Lock()
-		o.closed, o.subs, o.parked = true, nil, nil
-		t.unlist(o)
-		o.mu.Unlock()
+	if o == nil {
+		return nil
 	}
+	o.mu.Lock()
+	for _, q := range append(o.subs, o.parked...) {
+		if q.wantNo && !q.viaList {
+			unanswered = append(unanswered, q)
+		}
+	}
+	o.closed, o.subs, o.parked = true, nil, nil
+	t.unlist(o)
+	o.mu.Unlock()
+	return unanswered
 }
 
 // deliver is the node's receive handler. Owner queries are answered here, on
@@ -415,12 +428,16 @@ func (g *Guard) Retag(tag uint64) {
 }
 
 // QueryOwner asks whether entry i, which a try found with queue tail tail,
-// is held or waited for by a vouched writer with owner tag tag, waiting up
-// to wait for the answer. It returns that writer's token if so. It costs
-// no memory-node verb: the question goes to the tail's node and up the
-// queue as messages. A same-tag writer that is granted but not yet vouched
-// answers once vouched, within wait; a queue without one answers no at
-// once.
+// is held or waited for by a vouched writer with owner tag tag, and waits
+// for the answer. It returns that writer's token if so. It costs no
+// memory-node verb: the question goes to the tail's node and up the queue
+// as messages. A queue without a same-tag writer answers no at once; one
+// with a same-tag writer that is not vouched yet (granted a moment ago, or
+// itself asking) answers once that writer is vouched, or lets go. The
+// answer is what counts, not how fast it comes: under load the messages
+// take as long as the proxies take to be scheduled. wait only bounds the
+// silence of a proxy that died holding the question (OwnerAnswerCap); it
+// runs out as a no.
 func (c *Client) QueryOwner(ctx context.Context, i uint64, tail Tail, tag uint64, wait time.Duration) (uint64, bool) {
 	if !c.cfg.OwnerTags || tag == 0 || tail.IsZero() {
 		return 0, false
@@ -452,6 +469,9 @@ func (c *Client) QueryOwner(ctx context.Context, i uint64, tail Tail, tag uint64
 				return 0, false
 			}
 		case <-timer.C:
+			// Every question is answered unless a proxy died holding it:
+			// worth a line, since the try answered no after the whole wait.
+			c.log.Warn("owner question unanswered", zap.Uint64("entry", i), zap.Stringer("tail", tail), zap.Duration("waited", wait))
 			return 0, false
 		case <-ctx.Done():
 			return 0, false

@@ -393,3 +393,71 @@ func TestSameOwnerFoundBeyondTheWalk(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineDoesNotRaceRecognition is issue 33 item 3 in one process: a
+// chain of writers with one owner tag (a RedLock client asking three
+// proxies at once) whose deadlines all pass before the holder at the head
+// is vouched. A deadline is a budget for another owner's lock; that the
+// lock is the writers' own owner's arrives by messages, which under load
+// take as long as they take. Each writer must therefore be told, once the
+// writer ahead is vouched, and not be refused because its deadline ran
+// out first. A writer of another tag behind them is still refused at its
+// deadline, told no by the queue rather than after OwnerAnswerWait.
+func TestDeadlineDoesNotRaceRecognition(t *testing.T) {
+	cl := newCluster(t, 4, 8, shiftlock.Config{OwnerTags: true, OwnerAnswerWait: time.Hour})
+	a, b, c, d := cl.clients[0], cl.clients[1], cl.clients[2], cl.clients[3]
+	ctx := ctxT(t)
+	ga, err := a.AcquireExclusiveTagged(ctx, 3, 7) // granted, not yet vouched
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	gotB := acquireAsync(dctx, b, 3, 7)
+	waitQueued(t, a, 3, b)
+	gotC := acquireAsync(dctx, c, 3, 7)
+	waitQueued(t, a, 3, c)
+	other := make(chan error, 1)
+	go func() {
+		_, err := d.AcquireExclusiveTagged(dctx, 3, 8)
+		other <- err
+	}()
+	waitQueued(t, a, 3, d)
+	<-dctx.Done() // every deadline has passed; nobody was vouched yet
+	if err := <-other; err == nil {
+		t.Fatal("a writer of another owner was granted past its deadline")
+	}
+	ga.Vouch()
+	gb := <-gotB
+	if gb == nil || !gb.Pending() || gb.Token() != ga.Token() {
+		t.Fatalf("the writer behind its owner's holder was refused at its deadline (guard %v)", gb)
+	}
+	gb.Vouch() // its proxy told its client
+	gc := <-gotC
+	if gc == nil || !gc.Pending() || gc.Token() != ga.Token() {
+		t.Fatalf("the writer behind its owner's pending writer was refused at its deadline (guard %v)", gc)
+	}
+	gc.Release(ctx)
+	gb.Release(ctx)
+	ga.Release(ctx)
+	for i := 0; i < 1000; i++ {
+		if e, _ := a.Read(ctx, 3); e.Free() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("entry never became free after every writer let go")
+}
+
+// waitQueued waits until w's writer is the tail of entry i, as read
+// through c: its enqueue has landed.
+func waitQueued(t *testing.T, c *shiftlock.Client, i uint64, w *shiftlock.Client) {
+	t.Helper()
+	for k := 0; k < 5000; k++ {
+		if e, err := c.Read(context.Background(), i); err == nil && e.Tail().Node == w.Endpoint().Node() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the writer of node %v never enqueued on entry %d", w.Endpoint().Node(), i)
+}

@@ -56,7 +56,9 @@ func (c *Client) openSlot(i, tag uint64) (*Guard, error) {
 
 func (c *Client) closeSlot(g *Guard) {
 	if g.own != nil {
-		c.owners.remove(g.self.Target)
+		for _, q := range c.owners.remove(g.self.Target) {
+			c.answerNo(g.entry, q)
+		}
 	}
 	c.inbox.Close(g.self.Target)
 }
@@ -209,32 +211,51 @@ var errSameOwner = errors.New("shiftlock: the lock is held by the same owner")
 // The wait is resumable: if the caller gives up half-way, the background
 // completion carries on from where it stopped rather than waiting again for
 // a message it already consumed.
+//
+// A tagged writer whose deadline passes before any answer about its owner
+// came does not give up yet: it asks the queue ahead of it, and wants the
+// no too (settle). Its deadline is a budget for waiting on another owner's
+// lock, not a race against the messages that tell it its own owner holds
+// the lock: those arrive one proxy after another, and under load they take
+// as long as the proxies take to be scheduled, which no budget bounds.
 func (c *Client) waitHandover(ctx context.Context, g *Guard, w *waiter) error {
 	var got bool
 	var m message
+	asked := false // settle's question is out: its no ends the wait
 	finish := func(ctx context.Context) error {
 		for !got {
 			var err error
 			if m, err = w.await(ctx, g); err != nil {
 				return err
 			}
-			if m.Kind != msgSameOwner {
-				got = true
-				break
+			switch m.Kind {
+			case msgSameOwner:
+				if g.tag != 0 && !g.same {
+					// Only the first answer counts; later ones (another
+					// relay of the same question) are dropped.
+					g.same = true
+					g.mu.Lock()
+					g.token = m.Value
+					g.mu.Unlock()
+					return errSameOwner
+				}
+				continue
+			case msgNotOwner:
+				if asked && !g.same {
+					return errNotOwner
+				}
+				continue // an answer to a question settled otherwise
 			}
-			if g.tag != 0 && !g.same {
-				// Only the first answer counts; later ones (another relay
-				// of the same question) are dropped.
-				g.same = true
-				g.mu.Lock()
-				g.token = m.Value
-				g.mu.Unlock()
-				return errSameOwner
-			}
+			got = true
 		}
 		return c.takeHandover(ctx, g, w, m)
 	}
 	err := finish(ctx)
+	if errors.Is(err, context.DeadlineExceeded) && g.tag != 0 && !g.same {
+		asked = true
+		err = c.settle(ctx, g, finish)
+		asked = false
+	}
 	if errors.Is(err, errSameOwner) {
 		c.pend(g, w, finish)
 		return err
@@ -244,6 +265,58 @@ func (c *Client) waitHandover(ctx context.Context, g *Guard, w *waiter) error {
 		return c.abandonExclusive(ctx, g, w, err, finish)
 	}
 	return nil
+}
+
+// errNotOwner ends settle's wait: nobody ahead answers for the owner.
+var errNotOwner = errors.New("shiftlock: no writer ahead has the same owner")
+
+// OwnerAnswerCap is the default bound of a wait for a definite answer about
+// an owner tag (Config.OwnerAnswerWait; QueryOwner's callers use it too).
+// Every question is answered, yes or no, as soon as the writers it reaches
+// know (owner.go); only a proxy that dies while it holds a question leaves
+// it unanswered, and this is how long the asker then waits before it takes
+// the silence as a no.
+const OwnerAnswerCap = time.Second
+
+// settle is a tagged writer's last question when its deadline (ctx) has
+// passed while it waits in the queue: does a writer ahead of it carry its
+// owner tag? It waits for the answer, yes or no, within OwnerAnswerWait,
+// while the handover may still arrive. It returns errSameOwner for a yes,
+// nil if the lock was handed over meanwhile, and ctx's error for a no.
+//
+// A yes can only come from a writer ahead that is vouched, or becomes so:
+// such a writer is itself granted, or settles in the same way, so the
+// answers resolve from the head of the queue backwards.
+func (c *Client) settle(ctx context.Context, g *Guard, finish func(context.Context) error) error {
+	o := g.own
+	if o == nil {
+		return ctx.Err()
+	}
+	o.mu.Lock()
+	pred := o.pred
+	o.mu.Unlock()
+	if pred.IsZero() {
+		return ctx.Err() // granted meanwhile, or no writer ahead: nothing to ask
+	}
+	q := query{tag: g.tag, origin: g.self, wantNo: true}
+	if pred.Node == c.ep.Node() {
+		c.ownerQuery(pred.Target, g.entry, q)
+	} else {
+		c.send(context.Background(), pred, q.message(g.entry), func(error) { c.answerNo(g.entry, q) })
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OwnerAnswerWait)
+	defer cancel()
+	switch err := finish(actx); {
+	case err == nil, errors.Is(err, errSameOwner):
+		return err
+	case errors.Is(err, errNotOwner):
+		return ctx.Err()
+	case actx.Err() != nil:
+		c.log.Warn("owner question unanswered", zap.Uint64("entry", g.entry), zap.Stringer("pred", pred), zap.Duration("waited", c.cfg.OwnerAnswerWait))
+		return ctx.Err()
+	default:
+		return err
+	}
 }
 
 // pend completes a pending guard's wait in the background. Once the lock

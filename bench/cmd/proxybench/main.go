@@ -7,7 +7,12 @@
 //  2. many clients on distinct keys: acquire-release cycles per second;
 //  3. many clients on one hot key, each a redsync mutex with its defaults,
 //     holding the lock briefly: acquisitions per second, time to acquire
-//     (p50, p99, max), failures, and fairness (acquisitions per client).
+//     (p50, p99, max), failures, and fairness (acquisitions per client);
+//     then the same with hold 0 (-hold0), where only the handover chain
+//     counts;
+//  4. one multiplexed connection: 16 node-redlock v4 workers on one
+//     ioredis connection take 240 turns of 2 ms on one key (multiplexed.go;
+//     needs node and npm, -node-dir): wall time and longest acquire.
 //
 // Every workload also reports CPU per operation (per cycle, or per
 // acquisition on the hot key) of the server process and of proxybench
@@ -60,6 +65,8 @@ func main() {
 	var variants variantList
 	flag.Var(&variants, "variant", "'name=[@binary] extra proxy flags': one more proxy target with these flags, from another binary if given (repeatable)")
 	hotOnly := flag.Bool("hot-only", false, "run only the hot-key workload and print its runs (no report)")
+	hold0 := flag.Bool("hold0", true, "also run the hot-key workload with hold 0 (the handover chain alone)")
+	nodeDir := flag.String("node-dir", "itest/node", "clients.js and the pinned npm packages of the multiplexed-connection workload (empty: skip it)")
 	nullLoops := flag.Int("null-loops", 1, "event loops of the gnet null server")
 	nullAddr := flag.String("serve-null", "", "serve as a null server on this address (used by proxybench itself)")
 	nullKind := flag.String("null-kind", "redcon", "with -serve-null: redcon or gnet")
@@ -96,6 +103,17 @@ func main() {
 		}
 	}
 
+	var modules, noMux string
+	if *nodeDir == "" {
+		noMux = "-node-dir is empty"
+	} else if !*hotOnly {
+		var err error
+		if modules, err = nodeModules(*nodeDir); err != nil {
+			noMux = err.Error()
+			fmt.Fprintf(os.Stderr, "the multiplexed-connection workload will not run: %v\n", err)
+		}
+	}
+
 	busy0, t0 := procutil.MachineBusy(), time.Now()
 	for r := 0; r < *runs; r++ {
 		for _, t := range targets {
@@ -126,7 +144,26 @@ func main() {
 				fail(err)
 			}
 			t.hot = append(t.hot, h)
-			fmt.Fprintf(os.Stderr, " %.0f acq/s, max %v\n", h.rate, h.max)
+			fmt.Fprintf(os.Stderr, " %.0f acq/s, max %v", h.rate, h.max)
+			if *hold0 {
+				fmt.Fprintf(os.Stderr, "; hold 0...")
+				h, err := hotKey(ctx, t.proc, *clients, *hot, 0)
+				if err != nil {
+					fail(err)
+				}
+				t.hot0 = append(t.hot0, h)
+				fmt.Fprintf(os.Stderr, " %.0f acq/s, p99 %v", h.rate, h.p99)
+			}
+			if modules != "" {
+				fmt.Fprintf(os.Stderr, "; multiplexed...")
+				m, err := nodeWorkload(ctx, t.proc, *nodeDir, modules)
+				if err != nil {
+					fail(err)
+				}
+				t.mux = append(t.mux, m)
+				fmt.Fprintf(os.Stderr, " %v", m.wall)
+			}
+			fmt.Fprintln(os.Stderr)
 		}
 		for _, t := range nulls {
 			fmt.Fprintf(os.Stderr, "run %d/%d %s: throughput...", r+1, *runs, t.name)
@@ -145,7 +182,7 @@ func main() {
 	if b1 := procutil.MachineBusy(); busy0 >= 0 && b1 >= 0 {
 		busy = float64(b1-busy0) / float64(time.Since(t0))
 	}
-	report := render(reportInput{targets: targets, nulls: nulls, runs: *runs, clients: *clients, hold: *hold,
+	report := render(reportInput{targets: targets, nulls: nulls, runs: *runs, clients: *clients, hold: *hold, noMux: noMux,
 		nullLoops: *nullLoops, redisVer: redisVersion(*redisBin), busyCores: busy})
 	fmt.Println(report)
 	if *doc != "" {
@@ -223,6 +260,10 @@ type target struct {
 	lat []latencyResult
 	thr []tputResult
 	hot []hotResult
+	// hot0 is the hot key with hold 0 (-hold0), mux the multiplexed
+	// connection (multiplexed.go).
+	hot0 []hotResult
+	mux  []muxResult
 }
 
 type proc struct {

@@ -145,7 +145,7 @@ func TestSmoke(t *testing.T) {
 	}
 	bin, proxy := testproc.Bin(t, "proxybench"), testproc.Bin(t, "proxy")
 	out, err := exec.Command(bin, "-proxy-bin", proxy, "-runs", "1", "-clients", "8", "-latency-cycles", "200",
-		"-throughput-time", "300ms", "-hot-time", "1s", "-variant", "proxy-quiet=-log-level error").Output()
+		"-throughput-time", "300ms", "-hot-time", "1s", "-variant", "proxy-quiet=-log-level error", "-node-dir", "../../itest/node").Output()
 	if err != nil {
 		t.Fatalf("proxybench: %v\n%s", err, out)
 	}
@@ -160,6 +160,9 @@ func TestSmoke(t *testing.T) {
 		"| distinct keys, server CPU per cycle at most redis's (1.0x) | proxy-quiet |",
 		"| bound: distinct keys, cycles/s against redis's with no lock work | null gnet |",
 		"| bound: distinct keys, server CPU per cycle against redis's with no lock work | null redcon |",
+		"### 3b. 8 clients on one hot key, redsync v4 defaults, holding 0", "- proxy: acquisitions/s", "p99",
+		"### 4. One multiplexed connection: node-redlock v4 on ioredis, 16 workers, one hot key",
+		"- proxy-quiet: wall time",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
@@ -167,8 +170,14 @@ func TestSmoke(t *testing.T) {
 	}
 	// Every target in every workload's table.
 	for _, name := range []string{"redis", "proxy", "proxy-quiet"} {
-		if n := len(regexp.MustCompile(`(?m)^\| `+name+` \|`).FindAllString(report, -1)); n != 3 {
-			t.Errorf("%d table rows for %s, want 3 (one per workload):\n%s", n, name, report)
+		if n := len(regexp.MustCompile(`(?m)^\| `+name+` \|`).FindAllString(report, -1)); n != 5 {
+			t.Errorf("%d table rows for %s, want 5 (one per workload):\n%s", n, name, report)
+		}
+	}
+	// The multiplexed connection took every turn on every target.
+	for _, name := range []string{"redis", "proxy", "proxy-quiet"} {
+		if !regexp.MustCompile(`(?m)^\| ` + name + ` \| [\d.]+ ms \| [^|]+ \| [\d.]+ ms \| [\d.]+ ms \| 240 \| [^|]+ \| 0 of 1 runs \|`).MatchString(report) {
+			t.Errorf("no complete multiplexed-connection row for %s:\n%s", name, report)
 		}
 	}
 	// Every client of the proxy's hot key must have had the lock: waiting

@@ -45,6 +45,7 @@ type reportInput struct {
 	nullLoops int
 	redisVer  string
 	busyCores float64 // cores the whole machine kept busy on average while measuring; < 0 if unknown
+	noMux     string  // why the multiplexed-connection workload did not run, if it did not
 }
 
 // med is the median of f over a target's runs.
@@ -90,6 +91,8 @@ func tputServerCPU(t tputResult) float64 { return float64(t.cpu.server) }
 func hotRate(h hotResult) float64        { return h.rate }
 func hotMax(h hotResult) float64         { return float64(h.max) }
 func fairness(h hotResult) float64       { return maxMin(h.perClient) }
+func hotP99(h hotResult) float64         { return float64(h.p99) }
+func muxWall(m muxResult) float64        { return float64(m.wall) }
 
 // cpuCells are the server's and proxybench's median CPU per operation.
 func cpuCells[R any](rs []R, f func(R) cpuCost) string {
@@ -153,20 +156,7 @@ func render(in reportInput) string {
 	w("What they reach against redis bounds what a proxy on the same front end can.\n\n")
 
 	w("### 3. %d clients on one hot key, redsync v4 defaults, holding %v\n\n", in.clients, in.hold)
-	w("| target | acquisitions/s | time to acquire p50 | p99 | max | failed Lock calls | per-client acquisitions min / median / max | max/min | Unlock to next Lock returning, p50 | server CPU per acquisition | proxybench CPU per acquisition |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, t := range in.targets {
-		fr := fmt.Sprintf("%.2f", med(t.hot, fairness))
-		if med(t.hot, fairness) >= 1e9 {
-			fr = "∞ (a client starved)"
-		}
-		d := func(f func(hotResult) time.Duration) string { return ms(med(t.hot, f)) }
-		n := func(f func(hotResult) int) int { return med(t.hot, f) }
-		w("| %s | %.0f | %s | %s | %s | %d | %d / %d / %d | %s | %s | %s |\n", t.name, med(t.hot, hotRate),
-			d(func(h hotResult) time.Duration { return h.p50 }), d(func(h hotResult) time.Duration { return h.p99 }), d(func(h hotResult) time.Duration { return h.max }),
-			med(t.hot, func(h hotResult) int64 { return h.failures }),
-			n(func(h hotResult) int { return h.perClient[0] }), n(func(h hotResult) int { return h.perClient[len(h.perClient)/2] }), n(func(h hotResult) int { return h.perClient[len(h.perClient)-1] }),
-			fr, d(func(h hotResult) time.Duration { return h.gap }), cpuCells(t.hot, func(h hotResult) cpuCost { return h.cpu }))
-	}
+	hotTable(w, in.targets, func(t *target) []hotResult { return t.hot })
 	p := proxies[0]
 	hd, gp := med(p.hot, func(h hotResult) time.Duration { return h.held }), med(p.hot, func(h hotResult) time.Duration { return h.gap })
 	w("\nOn the proxy a handover is serial: one cycle is the real hold (%s median for a %v sleep here) plus Unlock-to-next-Lock (%s), a ceiling of %.0f acquisitions/s. Unlock-to-next-Lock covers the release's trip to the proxy, the handover and the grant's trip back to the next client, including wake-ups in both processes.\n\n", ms(hd), in.hold, ms(gp), float64(time.Second)/float64(hd+gp))
@@ -176,6 +166,48 @@ func render(in reportInput) string {
 		fair := med(t.hot, fairness)
 		w("- %s: acquisitions/s %s of redis's (runs: %s), at least 1.2x: %s; max time to acquire %.3fx (runs: %s), at most 0.1x: %s; per-client max/min %.2f, at most 1.5: %s.\n",
 			t.name, ratio(rate), fmtList(rate), verdict(stats.Median(rate) >= 1.2), stats.Median(mx), fmtList(mx), verdict(stats.Median(mx) <= 0.1), fair, verdict(fair <= 1.5))
+	}
+
+	if len(redis.hot0) > 0 {
+		w("\n### 3b. %d clients on one hot key, redsync v4 defaults, holding 0\n\n", in.clients)
+		w("The handover chain alone: each client unlocks as soon as Lock returns.\n\n")
+		hotTable(w, in.targets, func(t *target) []hotResult { return t.hot0 })
+		w("\n")
+		for _, t := range proxies {
+			rate, p99 := sameRun(t.hot0, redis.hot0, hotRate), sameRun(t.hot0, redis.hot0, hotP99)
+			w("- %s: acquisitions/s %s of redis's (runs: %s), at least 1.5x (issue 33): %s; p99 %s of redis's (runs: %s), at most 1.0x: %s.\n",
+				t.name, ratio(rate), fmtList(rate), verdict(len(rate) > 0 && stats.Median(rate) >= 1.5), ratio(p99), fmtList(p99), verdict(len(p99) > 0 && stats.Median(p99) <= 1.0))
+		}
+	}
+
+	w("\n### 4. One multiplexed connection: node-redlock v4 on ioredis, 16 workers, one hot key\n\n")
+	if len(redis.mux) == 0 {
+		w("Not run: %s.\n", in.noMux)
+	} else {
+		w("16 workers share **one** ioredis connection (node-redlock v4.2.0, retryDelay and retryJitter 10 ms, TTL 1 s) and take %d turns of 2 ms on one key, ", muxSections)
+		w("itest/node/clients.js's `hotkey` scenario, a Node.js process per run. Wall time is from the first acquire to the last release, as the client measures it.\n\n")
+		w("| target | wall time | vs redis | longest acquire | mean hold (2 ms asked) | sections done | server CPU per section | failures |\n|---|---|---|---|---|---|---|---|\n")
+		for _, t := range in.targets {
+			vs := "-"
+			if t != redis {
+				vs = ratio(sameRun(t.mux, redis.mux, muxWall))
+			}
+			fails := 0
+			for _, m := range t.mux {
+				if m.failure != "" {
+					fails++
+				}
+			}
+			w("| %s | %s | %s | %s | %s | %d | %s | %d of %d runs |\n", t.name, ms(med(t.mux, func(m muxResult) time.Duration { return m.wall })), vs,
+				ms(med(t.mux, func(m muxResult) time.Duration { return m.maxWait })), ms(med(t.mux, func(m muxResult) time.Duration { return m.meanHold })),
+				med(t.mux, func(m muxResult) int { return m.sections }), us(med(t.mux, func(m muxResult) time.Duration { return m.cpu.server })), fails, len(t.mux))
+		}
+		w("\n")
+		for _, t := range proxies {
+			xs := sameRun(t.mux, redis.mux, muxWall)
+			w("- %s: wall time %s of redis's (runs: %s), at most 1.0x (issue 33): %s; target 0.5x: %s.\n", t.name, ratio(xs), fmtList(xs),
+				verdict(len(xs) > 0 && stats.Median(xs) <= 1.0), verdict(len(xs) > 0 && stats.Median(xs) <= 0.5))
+		}
 	}
 
 	w("\n### Targets (issue 11)\n\n")
@@ -204,4 +236,24 @@ func render(in reportInput) string {
 		}
 	}
 	return b.String()
+}
+
+// hotTable is the table of a hot-key workload, the runs of each target
+// that hot picks.
+func hotTable(w func(string, ...any), targets []*target, hot func(*target) []hotResult) {
+	w("| target | acquisitions/s | time to acquire p50 | p99 | max | failed Lock calls | per-client acquisitions min / median / max | max/min | Unlock to next Lock returning, p50 | server CPU per acquisition | proxybench CPU per acquisition |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, t := range targets {
+		hs := hot(t)
+		fr := fmt.Sprintf("%.2f", med(hs, fairness))
+		if med(hs, fairness) >= 1e9 {
+			fr = "∞ (a client starved)"
+		}
+		d := func(f func(hotResult) time.Duration) string { return ms(med(hs, f)) }
+		n := func(f func(hotResult) int) int { return med(hs, f) }
+		w("| %s | %.0f | %s | %s | %s | %d | %d / %d / %d | %s | %s | %s |\n", t.name, med(hs, hotRate),
+			d(func(h hotResult) time.Duration { return h.p50 }), d(func(h hotResult) time.Duration { return h.p99 }), d(func(h hotResult) time.Duration { return h.max }),
+			med(hs, func(h hotResult) int64 { return h.failures }),
+			n(func(h hotResult) int { return h.perClient[0] }), n(func(h hotResult) int { return h.perClient[len(h.perClient)/2] }), n(func(h hotResult) int { return h.perClient[len(h.perClient)-1] }),
+			fr, d(func(h hotResult) time.Duration { return h.gap }), cpuCells(hs, func(h hotResult) cpuCost { return h.cpu }))
+	}
 }
