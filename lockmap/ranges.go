@@ -661,6 +661,13 @@ func (m *Map) rangeProbe(d *Domain, entry uint64) rdma.Hold {
 				close(rn.resumed)
 				rn.resumed = nil
 			}
+			if rn.users == 0 {
+				// The last user left during the repair, and a wait for
+				// the Locker it replaced to go idle (rangeDone) no
+				// longer names the current one: the tree would stay
+				// bound with nothing held, for the membership's life.
+				go m.rangeUnbindIfIdle(rn, rn.lk)
+			}
 		}
 		rn.mu.Unlock()
 		return rdma.HoldNone
