@@ -10,7 +10,11 @@
 # The guest runs under TCG (no hardware virtualisation here; RXE_ACCEL=kvm
 # forces KVM where the CPU has VMX or SVM): a boot takes 8-15 s and latencies
 # are emulated, so use it for function, never for performance.
-#   RXE_CPUS (2), RXE_MEM (MiB, 2048), RXE_TIMEOUT (s, 1200)
+#   RXE_CPUS (2), RXE_MEM (MiB, 2048), RXE_TIMEOUT (s, 2400)
+# The timeout only stops a hung guest: make test-verbs's tests took 10 min
+# in the guest on a quiet host and more than 20 on one with a load average
+# of 17 (emulation slows down with the host's load), where 1200 s cut them
+# off before the end-to-end tests.
 set -euo pipefail
 img=$1 job=$2 src=${3:-}
 [ -e "$img/ready" ] || { echo "vm.sh: no image in $img (scripts/rxe/image.sh builds it)" >&2; exit 2; }
@@ -32,7 +36,7 @@ kernel=$img/vmlinux
 share=(-virtfs "local,path=$(cd "$job" && pwd),mount_tag=job,security_model=none")
 [ -n "$src" ] && share+=(-virtfs "local,path=$(cd "$src" && pwd),mount_tag=src,security_model=none,readonly=on")
 set +e
-timeout "${RXE_TIMEOUT:-1200}" qemu-system-x86_64 "${acc[@]}" -smp "${RXE_CPUS:-2}" -m "${RXE_MEM:-2048}" -machine q35 \
+timeout "${RXE_TIMEOUT:-2400}" qemu-system-x86_64 "${acc[@]}" -smp "${RXE_CPUS:-2}" -m "${RXE_MEM:-2048}" -machine q35 \
   -kernel "$kernel" -initrd "$img/initrd.img" \
   -append "root=/dev/vda rw init=/sbin/shiftlock-rxe-init console=ttyS0 quiet loglevel=3 panic=-1 ${RXE_APPEND:-}" \
   -drive "file=$img/root.img,if=virtio,format=raw,snapshot=on" \
