@@ -604,6 +604,10 @@ func (s *Server) persist(now time.Time) {
 	if now.Sub(s.lastScan) >= relScanEvery {
 		s.lastScan = now
 		hwm = s.scanRelCnt()
+	} else if s.rng != nil {
+		// A word per range tree: cheap enough for every pass, and a
+		// repair may move a tree's fence far at once.
+		hwm = max(hwm, s.rng.maxFence())
 	}
 	saveHzn := cur.MaxHorizonMs
 	switch {

@@ -145,7 +145,7 @@ func TestSmoke(t *testing.T) {
 	}
 	bin, proxy := testproc.Bin(t, "proxybench"), testproc.Bin(t, "proxy")
 	out, err := exec.Command(bin, "-proxy-bin", proxy, "-runs", "1", "-clients", "8", "-latency-cycles", "200",
-		"-throughput-time", "300ms", "-hot-time", "1s", "-variant", "proxy-quiet=-log-level error", "-node-dir", "../../itest/node").Output()
+		"-throughput-time", "300ms", "-hot-time", "1s", "-variant", "proxy-quiet=-log-level error", "-node-dir", "../../../itest/node").Output()
 	if err != nil {
 		t.Fatalf("proxybench: %v\n%s", err, out)
 	}
