@@ -24,10 +24,12 @@ func redislockSuite(version, addr string) suite {
 // documented difference or a named defect.
 var (
 	plainSET = skip{"TestLock_Release_not_own", "hands the lock to another value with a plain SET (`SET key ABCD`), which the proxy refuses: it would overwrite a lock", false}
-	// Issue 33 item 2: the wait policy. redislock tries once by default.
-	waitRetryFailure = skip{"TestObtain_retry_failure", "issue 33 item 2 (wait policy): a 50 ms lock, then Obtain with 2 retries 5 ms apart, which Redis refuses at once; the proxy queues the try for 4% of its 1 h TTL (2 s) and grants it when the 50 ms lock expires", true}
-	waitConcurrent   = skip{"TestObtain_concurrent", "issue 33 item 2 (wait policy): 100 goroutines try one key with a 1 min TTL; each loser waits 2 s in the proxy, which exhausts go-redis's pool (20 connections, 4 s pool timeout): redis: connection pool timeout", true}
 )
+
+// TestObtain_retry_failure and TestObtain_concurrent were left out until
+// issue 33 item 2: the proxy queued redislock's single try for 2 s. With
+// the wait policy (a first try is answered at once, a retry waits at most
+// the gap since its refusal) they run on the proxy as on redis-server.
 
 // Found by this suite, not part of issue 33: Example's Obtain has a 100 ms
 // deadline for a new connection's first command. It failed in 1 of 6
@@ -38,22 +40,31 @@ var (
 // (redis-server 0.6 ms), which is the lease being saved to state_dir
 // before the grant; that a later save under disk load held this one up is
 // the likely cause, not yet shown.
+// retryDeadline is redislock v0.10.0's own race, on redis-server as on
+// the proxy: Obtain runs under a 20 ms context with retries 5 ms apart,
+// and the test wants ErrNotObtained wrapped around the deadline; when the
+// deadline falls during a round trip instead of a backoff, Obtain returns
+// the bare context.DeadlineExceeded. On two loaded cores it failed 1 run of
+// 4 against redis-server itself (2026-11-27), so it is left out of both.
+var retryDeadline = skip{"TestObtain_retry_context_deadline", "redislock's own timing race: a 20 ms Obtain context whose deadline can fall during a round trip, not a backoff, and then is not wrapped in ErrNotObtained; it fails against redis-server too on a loaded machine", true}
+
 var exampleDeadline = skip{"Example", "its Obtain must answer within 100 ms on a new connection; an acquire that waits for the embedded memory node's lease to be saved (53 ms on a fresh proxy here, more under disk load) misses it, intermittently", true}
 
 func TestRedislockSuites(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		version string
-		skips   []skip
+		version    string
+		skips      []skip
+		redisSkips []skip
 	}{
-		{"v0.9.4", []skip{plainSET, waitRetryFailure, waitConcurrent, exampleDeadline}},
-		{"v0.10.0", []skip{plainSET, waitRetryFailure}},
+		{"v0.9.4", []skip{plainSET, exampleDeadline}, nil},
+		{"v0.10.0", []skip{plainSET, retryDeadline}, []skip{retryDeadline}},
 	} {
 		t.Run(tc.version, func(t *testing.T) {
 			t.Parallel()
 			t.Run("redis-server", func(t *testing.T) {
 				s := redislockSuite(tc.version, testproc.Redis(t).Addr)
-				s.run(t, s.prepare(t), nil, nil)
+				s.run(t, s.prepare(t), nil, tc.redisSkips)
 			})
 			t.Run("proxy", func(t *testing.T) {
 				s := redislockSuite(tc.version, testproc.Proxy(t).Addr)
