@@ -1,6 +1,7 @@
 package rangelock
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
@@ -29,4 +30,27 @@ func TreeBalanced(t Tree, mem *rdma.Memory) error {
 		}
 	}
 	return nil
+}
+
+// TakeTurn takes node x's next ticket as a request on its way through the
+// protocol does, and returns once the turn is its; pass gives it on. In
+// between, the node shows a request ahead that has not occupied it.
+func TakeTurn(ctx context.Context, ep rdma.Endpoint, t Tree, x uint64) (pass func() error, err error) {
+	old, err := ep.MaskedFAA128(ctx, t.Addr(x), add(fTMax, 1), boundary)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		var buf [NodeSize]byte
+		if err := ep.Read(ctx, t.Addr(x), buf[:]); err != nil {
+			return nil, err
+		}
+		if get(fTCnt, word(buf[:])) == get(fTMax, old) {
+			break
+		}
+	}
+	return func() error {
+		_, err := ep.MaskedFAA128(context.Background(), t.Addr(x), add(fTCnt, 1), boundary)
+		return err
+	}, nil
 }

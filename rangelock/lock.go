@@ -336,6 +336,12 @@ func (lk *Locker) TryAcquire(ctx context.Context, l, r uint64, m Mode) (*Held, e
 // a few rounds are allowed before the try gives up.
 const maxTryRounds = 8
 
+// tryStall bounds how long a try waits for a request ahead of it at a node
+// that holds the turn while no ancestor is occupied (one on its way, only
+// slow). A member that died holding a turn stalls the node until the memory
+// node repairs the tree; a try answers busy before that.
+const tryStall = time.Second
+
 func (lk *Locker) acquire(ctx context.Context, l, r uint64, m Mode, try bool) (*Held, error) {
 	if l >= r || r > lk.tree.Units() {
 		return nil, fmt.Errorf("%w: [%d, %d) in [0, %d)", ErrOutOfRange, l, r, lk.tree.Units())
@@ -557,6 +563,21 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 			turnCame = func(w rdma.U128) bool { return get(fTCnt, w) == ticket || m.blockedBy(w) }
 		}
 		w, err := lk.poll(ctx, t.Addr(x), lk.until(rq), turnCame)
+		for stall := time.Now().Add(tryStall); rq.try && errors.Is(err, errBusy) && time.Now().Before(stall); {
+			// The request ahead still holds the turn without occupying x.
+			// It may be waiting for an occupied ancestor (a conflict: give
+			// up), or only slow on its way, a client descheduled under
+			// load: then nothing holds what the try wants, and refusing
+			// it would tell its caller something false.
+			idle, ierr := lk.ancestorsIdle(ctx, x)
+			if ierr != nil {
+				err = ierr
+			}
+			if !idle {
+				break
+			}
+			w, err = lk.poll(ctx, t.Addr(x), lk.until(rq), turnCame)
+		}
 		if err == nil && get(fTCnt, w) != ticket {
 			err = errBusy // a try that met a conflicting occupant
 		}
@@ -763,6 +784,35 @@ func (lk *Locker) ancestorsFree(ctx context.Context, rq *request, x uint64, m Mo
 			return time.Time{}, err
 		}
 	}
+}
+
+// ancestorsIdle reads x's ancestors in one batch, and reports whether
+// nobody occupies any of them.
+func (lk *Locker) ancestorsIdle(ctx context.Context, x uint64) (bool, error) {
+	n := 0
+	for a := x; a > 1; a = parent(a) {
+		n++
+	}
+	if n == 0 {
+		return true, nil
+	}
+	var b rdma.Batch
+	bufs := make([][NodeSize]byte, n)
+	for i, a := 0, parent(x); i < n; i, a = i+1, parent(a) {
+		b.Read(lk.tree.Addr(a), bufs[i][:])
+	}
+	if err := lk.ep.Post(ctx, &b); err != nil {
+		return false, err
+	}
+	if err := b.FirstErr(); err != nil {
+		return false, err
+	}
+	for i := range bufs {
+		if w := word(bufs[i][:]); get(fX, w) != 0 || get(fS, w) != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // descendantsDone waits until x and its internal descendants within M

@@ -379,3 +379,83 @@ func TestUncertainVerbIsReported(t *testing.T) {
 		t.Fatalf("after the repair: %v", err)
 	}
 }
+
+// TestTryWaitsForARequestOnItsWay: a request that holds a node's turn
+// without occupying it, while no ancestor is occupied, is only on its way
+// (a client descheduled under load). A try behind it waits, however long
+// that takes beyond its patience, and is granted: nothing holds what it
+// wants. Behind a request that may be waiting for an occupied ancestor it
+// answers busy. (CI on a loaded machine refused 10 of TestTryAcquire's 16
+// concurrent readers: each waited 5 T_wait for a reader ahead, then gave up.)
+func TestTryWaitsForARequestOnItsWay(t *testing.T) {
+	tree, host, fab := testTree(t, 3)
+	ctx := context.Background()
+	// A span whose readers take one internal node below the root.
+	var l, r, x uint64
+	for l, r = 0, tree.Units(); ; r /= 4 {
+		if ns := tree.SplitShared(l, r); len(ns) == 1 && ns[0] > 1 && !tree.Leaf(ns[0]) {
+			x = ns[0]
+			break
+		}
+		if r < 4 {
+			t.Fatal("no span takes one internal node below the root")
+		}
+	}
+	ahead, _ := fab.Join("ahead")
+	ep, _ := fab.Join("try")
+	const patience = 5 * time.Millisecond
+	lk := rangelock.New(ep, tree, rangelock.Config{TryPatience: patience})
+
+	pass, err := rangelock.TakeTurn(ctx, ahead, tree, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed := make(chan error, 1)
+	go func() {
+		time.Sleep(10 * patience)
+		passed <- pass()
+	}()
+	h, err := lk.TryAcquire(ctx, l, r, rangelock.Shared)
+	if err != nil {
+		t.Fatalf("a try behind a request on its way, nothing held: %v", err)
+	}
+	if err := <-passed; err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The root occupied by a reader: the request ahead may be a writer
+	// waiting for it, which keeps new readers out.
+	holder, _ := fab.Join("holder")
+	root, err := rangelock.New(holder, tree, rangelock.Config{}).Acquire(ctx, 0, tree.Units(), rangelock.Shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pass, err = rangelock.TakeTurn(ctx, ahead, tree, x); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := lk.TryAcquire(ctx, l, r, rangelock.Shared); !errors.Is(err, rangelock.ErrBusy) {
+		t.Fatalf("a try behind a request that may wait for an occupied ancestor: %v, want busy", err)
+	} else if h != nil {
+		_ = h.Release(ctx)
+	}
+	if err := pass(); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The refused try's ticket is passed on in the background.
+	var rest error
+	for range 1000 {
+		if rest = rangelock.TreeBalanced(tree, host.Region(rdma.RegionRanges)); rest == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if rest != nil {
+		t.Fatal(rest)
+	}
+}
