@@ -31,15 +31,14 @@ var (
 // the wait policy (a first try is answered at once, a retry waits at most
 // the gap since its refusal) they run on the proxy as on redis-server.
 
-// Found by this suite, not part of issue 33: Example's Obtain has a 100 ms
-// deadline for a new connection's first command. It failed in 1 of 6
-// runs of both suites side by side (with the Go builds of the other
-// suite), "redislock: not obtained", while the proxy's INFO counted the
-// grant: the reply came too late. The first SET NX PX of a freshly started
-// proxy on its embedded memory node takes 53 ms against 0.6 ms after
-// (redis-server 0.6 ms), which is the lease being saved to state_dir
-// before the grant; that a later save under disk load held this one up is
-// the likely cause, not yet shown.
+// exampleDeadline is redislock's Example, in both versions: it obtains a
+// lock with a 100 ms TTL, sleeps 50 ms, and refreshes it. When the process
+// is not scheduled for another 50 ms the lock has lapsed and Refresh says
+// "redislock: not obtained". That happened against redis-server itself in
+// a clean-clone CI run on two loaded cores (2026-11-27), so it is left out
+// of both, like retryDeadline. (It had been left out on the proxy alone,
+// with the first grant's lease save (53 ms on a fresh proxy) suspected;
+// the redis-server failure shows the race needs no proxy.)
 // retryDeadline is redislock v0.10.0's own race, on redis-server as on
 // the proxy: Obtain runs under a 20 ms context with retries 5 ms apart,
 // and the test wants ErrNotObtained wrapped around the deadline; when the
@@ -48,7 +47,7 @@ var (
 // 4 against redis-server itself (2026-11-27), so it is left out of both.
 var retryDeadline = skip{"TestObtain_retry_context_deadline", "redislock's own timing race: a 20 ms Obtain context whose deadline can fall during a round trip, not a backoff, and then is not wrapped in ErrNotObtained; it fails against redis-server too on a loaded machine", true}
 
-var exampleDeadline = skip{"Example", "its Obtain must answer within 100 ms on a new connection; an acquire that waits for the embedded memory node's lease to be saved (53 ms on a fresh proxy here, more under disk load) misses it, intermittently", true}
+var exampleDeadline = skip{"Example", "redislock's own timing race: a 100 ms lock is refreshed after a 50 ms sleep, and lapses first when the process waits 50 ms more to be scheduled; it fails against redis-server too on a loaded machine", true}
 
 func TestRedislockSuites(t *testing.T) {
 	t.Parallel()
@@ -57,8 +56,8 @@ func TestRedislockSuites(t *testing.T) {
 		skips      []skip
 		redisSkips []skip
 	}{
-		{"v0.9.4", []skip{plainSET, exampleDeadline}, nil},
-		{"v0.10.0", []skip{plainSET, retryDeadline}, []skip{retryDeadline}},
+		{"v0.9.4", []skip{plainSET, exampleDeadline}, []skip{exampleDeadline}},
+		{"v0.10.0", []skip{plainSET, retryDeadline, exampleDeadline}, []skip{retryDeadline, exampleDeadline}},
 	} {
 		t.Run(tc.version, func(t *testing.T) {
 			t.Parallel()
