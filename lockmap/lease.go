@@ -42,6 +42,9 @@ type Lease struct {
 	headTTL time.Duration // longest TTL granted lately: publish room for the next one
 	headAt  time.Time
 	lost    error
+	// confirming counts the horizons grants are waiting to have confirmed
+	// (awaitConfirm): every beat publishes at least the longest of them.
+	confirming map[time.Duration]int
 }
 
 // NewLease starts heartbeating on ep.
@@ -106,7 +109,11 @@ func (ls *Lease) horizon() time.Duration {
 	if ls.headTTL > h {
 		h = ls.headTTL
 	}
-	return max(h, ls.floor) + ls.margin
+	h = max(h, ls.floor) + ls.margin
+	for c := range ls.confirming {
+		h = max(h, c)
+	}
+	return h
 }
 
 // Valid reports whether grants under this lease can still be trusted: the
@@ -212,6 +219,23 @@ func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
 	if ls.confirmed(h) {
 		return nil
 	}
+	// The memory node confirms what it observed in the slot, and a later
+	// beat overwrites the pushed one: were the periodic beats to publish
+	// less meanwhile (the horizon falls as grants run out), a memory node
+	// that came round late would never see h, and never confirm it.
+	ls.mu.Lock()
+	if ls.confirming == nil {
+		ls.confirming = make(map[time.Duration]int)
+	}
+	ls.confirming[h]++
+	ls.mu.Unlock()
+	defer func() {
+		ls.mu.Lock()
+		if ls.confirming[h]--; ls.confirming[h] == 0 {
+			delete(ls.confirming, h)
+		}
+		ls.mu.Unlock()
+	}()
 	l := ls.ep.Layout()
 	slot := l.NodeSlotAddr(ls.ep.Node())
 	addr := rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotConfirmed}

@@ -176,3 +176,42 @@ func TestSlowSaveDelaysAGrantButDoesNotRefuseIt(t *testing.T) {
 		t.Fatalf("a %v grant was covered while the saved horizon is %v", ttl, s)
 	}
 }
+
+// TestConfirmationComesWhileTheHorizonFalls: a grant that needs a longer
+// horizon confirmed pushes a beat with it; the periodic beats after it
+// publish less as time passes when no longer TTL holds the horizon up
+// (here at once: headHold 0). A memory node that did not observe the
+// pushed beat before the next periodic one never confirmed it, and the
+// grant was refused after confirmPatience: on a loaded machine, a memory
+// node pass that came 100 ms late refused lockmap's TestConfirmationIsNotReused
+// AfterTheHorizonFell in CI. Until the confirmation comes, every beat must
+// publish what the grant waits for.
+func TestConfirmationComesWhileTheHorizonFalls(t *testing.T) {
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := NewLease(ep)
+	t.Cleanup(ls.Stop)
+	ls.mu.Lock()
+	ls.headHold = 0 // the horizon falls from the first periodic beat on
+	ls.floor, ls.margin = 0, 0
+	ls.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Each grant is longer than every earlier one, so each needs its own
+	// confirmation; the memory node's pass and the periodic beat race for
+	// the moment after each push.
+	for i := 0; i < 12; i++ {
+		ttl := time.Second + time.Duration(i)*50*time.Millisecond
+		if err := ls.Cover(ctx, time.Now().Add(ttl), ttl); err != nil {
+			t.Fatalf("grant %d (%v TTL): %v", i, ttl, err)
+		}
+	}
+}
