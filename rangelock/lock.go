@@ -333,13 +333,16 @@ func (lk *Locker) TryAcquire(ctx context.Context, l, r uint64, m Mode) (*Held, e
 
 // maxTryRounds bounds how often a try starts over after a round that took
 // longer than T_wait (inequation 1): that is slowness, not a conflict, so
-// a few rounds are allowed before the try gives up.
+// the try gives up only once it has started over this often and tryStall
+// has passed. A client descheduled under load loses round after round;
+// answering busy then would say a span is held that nobody holds.
 const maxTryRounds = 8
 
-// tryStall bounds how long a try waits for a request ahead of it at a node
-// that holds the turn while no ancestor is occupied (one on its way, only
-// slow). A member that died holding a turn stalls the node until the memory
-// node repairs the tree; a try answers busy before that.
+// tryStall bounds how long a try keeps going against slowness rather than
+// a conflict: rounds lost to inequation 1, and a request ahead of it at a
+// node that holds the turn while no ancestor is occupied (one on its way,
+// only slow). A member that died holding a turn stalls the node until the
+// memory node repairs the tree; a try answers busy before that.
 const tryStall = time.Second
 
 func (lk *Locker) acquire(ctx context.Context, l, r uint64, m Mode, try bool) (*Held, error) {
@@ -365,7 +368,7 @@ func (lk *Locker) acquireNodes(ctx context.Context, l, r uint64, m Mode, try boo
 	if m == Shared {
 		nodes = lk.tree.SplitShared(l, r)
 	}
-	rq := &request{try: try}
+	rq := &request{try: try, start: time.Now()}
 	for attempt := 0; ; attempt++ {
 		h := &Held{lk: lk, l: l, r: r, mode: m}
 		var err error
@@ -421,6 +424,7 @@ func (lk *Locker) acquireNodes(ctx context.Context, l, r uint64, m Mode, try boo
 // request is what one acquisition carries through its nodes.
 type request struct {
 	try    bool
+	start  time.Time
 	rounds int // rounds started over (inequation 1)
 }
 
@@ -683,7 +687,7 @@ func (lk *Locker) lockNode(ctx context.Context, rq *request, x, l, r uint64, m M
 					lk.kidsOps(b, x, allKids)
 				}
 			})
-			if rq.try && rq.rounds >= maxTryRounds {
+			if rq.try && rq.rounds >= maxTryRounds && time.Since(rq.start) > tryStall {
 				return fail(errBusy)
 			}
 			if m == Shared && !leaf {

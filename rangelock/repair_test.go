@@ -459,3 +459,42 @@ func TestTryWaitsForARequestOnItsWay(t *testing.T) {
 		t.Fatal(rest)
 	}
 }
+
+// slowPosts delays the first n batches posted through it: every round of a
+// request then takes longer than T_wait (inequation 1) and starts over.
+type slowPosts struct {
+	rdma.Endpoint
+	n     atomic.Int32
+	delay time.Duration
+}
+
+func (s *slowPosts) Post(ctx context.Context, b *rdma.Batch) error {
+	if s.n.Add(-1) >= 0 {
+		time.Sleep(s.delay)
+	}
+	return s.Endpoint.Post(ctx, b)
+}
+
+// TestTryOutlastsSlowRounds: a try whose rounds are slow, not in conflict
+// (a client descheduled between reading the ancestors and occupying its
+// node), starts over rather than answering busy after maxTryRounds: with
+// nothing held, busy is false. It used to give up after 8 rounds.
+func TestTryOutlastsSlowRounds(t *testing.T) {
+	tree, host, fab := testTree(t, 3)
+	ctx := context.Background()
+	ep, _ := fab.Join("slow")
+	slow := &slowPosts{Endpoint: ep, delay: 4 * time.Millisecond}
+	slow.n.Store(60) // well over 8 rounds of a few posts each
+	lk := rangelock.New(slow, tree, rangelock.Config{Wait: 2 * time.Millisecond})
+	h, err := lk.TryAcquire(ctx, 0, tree.Units()/4, rangelock.Shared)
+	if err != nil {
+		t.Fatalf("a try on an idle tree whose rounds are only slow: %v (%d rounds lost)", err, lk.Stats().Aborts)
+	}
+	t.Logf("granted after %d rounds lost to slowness", lk.Stats().Aborts)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rangelock.TreeBalanced(tree, host.Region(rdma.RegionRanges)); err != nil {
+		t.Fatal(err)
+	}
+}
