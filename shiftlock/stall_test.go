@@ -39,8 +39,8 @@ func (s *stallingSends) Send(ctx context.Context, to rdma.NodeID, tg rdma.Target
 // without the VM: notifications that now and then take 50-100 ms (as
 // handovers over soft-RoCE under TCG do) make waiters ask for stale-entry
 // recoveries while a Handover is in flight, and the checker must see no
-// overlap and fencing tokens that only rise. On 802f383 it failed 7 runs of
-// 11 (a stale Handover granted a pre-leap token beside the new holder, or
+// overlap and fencing tokens that only rise. On 802f383 it failed 8 runs of
+// 10 (a stale Handover granted a pre-leap token beside the new holder, or
 // its holder's release then found the lock lost); the deterministic case is
 // TestHandoverInFlightDuringRecovery.
 func TestMutualExclusionWithStalledHandovers(t *testing.T) {
