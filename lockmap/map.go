@@ -64,6 +64,10 @@ type Config struct {
 	// acquire and per release whose home is another proxy; turn it on where
 	// clients use RedLock over the proxies.
 	Route bool
+	// RangeWait is the range locks' T_wait (rangelock.Config.Wait), which
+	// must exceed a few round trips of the fabric; 0 keeps rangelock's
+	// default.
+	RangeWait time.Duration
 }
 
 // Map is the lock table of one proxy. It is safe for concurrent use.

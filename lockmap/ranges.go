@@ -407,6 +407,7 @@ func maxRangeTrees(d *Domain) uint64 {
 func (m *Map) rangeLockerFor(rn *rangeName) *rangelock.Locker {
 	return rangelock.New(rn.dom.Client.Endpoint(), rangeGeometry(rn.tree), rangelock.Config{
 		FastPath:    true,
+		Wait:        m.cfg.RangeWait,
 		PollMax:     rangePollMax,
 		OnUncertain: func(err error) { m.rangeAskRepair(rn, err) },
 	})

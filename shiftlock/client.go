@@ -280,6 +280,7 @@ type Stats struct {
 	RecoveryRequests              atomic.Uint64
 	ChecksSkipped                 atomic.Uint64 // failure checks a polling waiter did not need: RelCnt had moved
 	BumpWaits                     atomic.Uint64 // releases that waited for pipelined RelCnt bumps to land (Config.PipelineBump)
+	Rechecks                      atomic.Uint64 // grants re-read after a recovery probe found their waiter waiting (Client.enter)
 	Lost                          atomic.Uint64
 }
 
@@ -299,7 +300,13 @@ type holdShard struct {
 type holdCount struct {
 	active, waiting int32
 	abandoned       int32 // waits given up by their caller, not yet released
-	frozenUntil     time.Time
+	// probed counts the probes answered "waiting". A waiter notes it when it
+	// starts to wait (wait) and compares when it is granted (promote): if a
+	// probe came between, the memory node may have reset the entry on the
+	// strength of that answer, and the grant's evidence (a Handover sent
+	// before the reset, a READ taken before it) may be stale.
+	probed      uint32
+	frozenUntil time.Time
 }
 
 func (h *holdTable) add(entry uint64, active, waiting int32) { h.update(entry, active, waiting, 0) }
@@ -329,6 +336,38 @@ func (h *holdTable) update(entry uint64, active, waiting, abandoned int32) {
 	s.mu.Unlock()
 }
 
+// wait moves one acquire on entry from acquiring (active: its atomic's
+// outcome was unknown) to waiting, and returns the mark promote needs.
+func (h *holdTable) wait(entry uint64) (mark uint32) {
+	s := &h.shards[entry%64]
+	s.mu.Lock()
+	hc := s.m[entry] // present: the acquire counted itself active
+	hc.active--
+	hc.waiting++
+	s.m[entry] = hc
+	s.mu.Unlock()
+	return hc.probed
+}
+
+// promote moves a granted waiter from waiting to holding (active), in one
+// step with the check that no probe answered "waiting" since mark: from then
+// on a probe hears "active" and the memory node cannot reset the entry under
+// the grant. If a probe did answer, promote moves nothing and returns the
+// new mark and what is left of the freeze that answer started.
+func (h *holdTable) promote(entry uint64, mark uint32) (ok bool, now uint32, freeze time.Duration) {
+	s := &h.shards[entry%64]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hc := s.m[entry] // present: the waiter is counted
+	if hc.probed != mark {
+		return false, hc.probed, time.Until(hc.frozenUntil)
+	}
+	hc.active++
+	hc.waiting--
+	s.m[entry] = hc
+	return true, mark, 0
+}
+
 func (h *holdTable) abandoning(entry uint64) bool {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
@@ -350,10 +389,47 @@ func (h *holdTable) probe(entry uint64) rdma.Hold {
 		return rdma.HoldActive
 	case hc.waiting > 0:
 		hc.frozenUntil = time.Now().Add(rdma.ProbeFreeze)
+		hc.probed++
 		s.m[entry] = hc
 		return rdma.HoldWaiting
 	}
 	return rdma.HoldNone
+}
+
+// enter makes a granted waiter on entry (counted waiting since mark, when
+// RelCnt was base) the holder. Almost always that is promote's one step.
+// If a probe answered "waiting" meanwhile, the memory node may have reset
+// the entry, and neither a Handover (its sender has released, so it
+// answered "none") nor a READ taken before the reset shows that: enter
+// waits out the probe's freeze, by whose end the memory node has reset or
+// given up, and READs the entry once. A leap past base is errReset; no leap
+// means the grant stands, and promote is tried again against any probe
+// since.
+func (c *Client) enter(ctx context.Context, entry, base uint64, mark uint32) error {
+	for {
+		ok, now, freeze := c.holds.promote(entry, mark)
+		if ok {
+			return nil
+		}
+		c.stats.Rechecks.Add(1)
+		if freeze > 0 {
+			t := time.NewTimer(freeze)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		e, err := c.Read(context.Background(), entry)
+		if err != nil {
+			return err
+		}
+		if leaped(e.RelCnt(), base) {
+			return errReset
+		}
+		mark = now
+	}
 }
 
 // frozen is how much longer grants by observation on entry must wait.

@@ -49,7 +49,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		c.stats.SharedGrants.Add(1)
 		return g, nil
 	}
-	c.holds.add(i, -1, 1)
+	mark := c.holds.wait(i)
 	g.waited = true
 	c.stats.Waits.Add(1)
 	rw := c.waitEpoch(i, e.Epoch(), e.RelCnt(), e.Tail().Node)
@@ -66,7 +66,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 			// and RelCnt counts a release, before our epoch came.
 			c.stats.Abandoned.Add(1)
 			go func() { <-rw.res }()
-			c.holds.add(i, 1, -1)
+			c.holds.add(i, 1, -1) // as broken as the rest of this variant
 			g.done = true
 			_ = c.releaseShared(ctx, g)
 			return nil, qctx.Err()
@@ -80,11 +80,13 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 			defer c.bg.Done()
 			defer c.holds.abandon(i, -1)
 			res := <-rw.res
+			if res.err == nil {
+				res.err = c.enter(context.Background(), i, e.RelCnt(), mark)
+			}
 			if res.err != nil {
 				c.holds.add(i, 0, -1)
 				return
 			}
-			c.holds.add(i, 1, -1)
 			g.done = true
 			if err := c.releaseShared(context.Background(), g); err != nil {
 				c.log.Warn("releasing abandoned shared lock", zap.Uint64("entry", i), zap.Error(err))
@@ -92,11 +94,15 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		}()
 		return nil, qctx.Err()
 	}
+	if res.err == nil {
+		// Our epoch came; the grant must still survive any probe since we
+		// began to wait. Not cut short by ctx: the lock is ours already.
+		res.err = c.enter(context.Background(), i, e.RelCnt(), mark)
+	}
 	if res.err != nil {
 		c.holds.add(i, 0, -1)
 		return nil, res.err // errReset: the reset zeroed our RdrCnt increment
 	}
-	c.holds.add(i, 1, -1)
 	g.token = res.e.RelCnt()
 	c.stats.SharedGrants.Add(1)
 	return g, nil

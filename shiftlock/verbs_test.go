@@ -19,11 +19,21 @@ import (
 // queue pairs (rdma/verbs) on the test device.
 func verbsCluster(t *testing.T, n int, cfg shiftlock.Config) ([]shiftlock.Locker, []*shiftlock.Client, []*verbs.Endpoint) {
 	t.Helper()
+	cfgs := make([]shiftlock.Config, n)
+	for i := range cfgs {
+		cfgs[i] = cfg
+	}
+	return verbsClusterOf(t, cfgs...)
+}
+
+// verbsClusterOf is verbsCluster with a configuration per client node.
+func verbsClusterOf(t *testing.T, cfgs ...shiftlock.Config) ([]shiftlock.Locker, []*shiftlock.Client, []*verbs.Endpoint) {
+	t.Helper()
 	mn := testproc.VerbsMemnode(t, "-entries", "4096", "-dead-after", "10m")
 	var ls []shiftlock.Locker
 	var cs []*shiftlock.Client
 	var eps []*verbs.Endpoint
-	for i := 0; i < n; i++ {
+	for _, cfg := range cfgs {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		ep, err := verbs.Dial(ctx, mn.Addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: testproc.VerbsDevice(t)},
 			Control: tcpfab.Config{Name: "checker"}})
@@ -67,6 +77,29 @@ func TestVerbsMutualExclusion(t *testing.T) {
 		runTCPChecker(t, ls, cs, locktest.Workload{
 			Workers: 60, Entries: 3, ReadRatio: 0.5, Ops: 25, CancelRatio: 0.3, Seed: 22,
 		}, 0)
+		check(t, eps)
+	})
+	// Stale-entry recoveries while handovers cross the queue pairs, which
+	// is how heavy failed on soft-RoCE under TCG (issue 36: a Handover in
+	// flight during the probes granted a pre-leap token after the reset).
+	// Half the clients ask for recovery after 30 ms without progress; the
+	// others check rarely, so a Handover can reach them after a reset and
+	// before they look. TestMutualExclusionWithStalledHandovers is the same
+	// on memfab with delays injected.
+	t.Run("heavy-with-recoveries", func(t *testing.T) {
+		slow := shiftlock.Config{Threshold: 4, CheckInterval: 500 * time.Millisecond, StaleAfter: 10 * time.Second}
+		quick := shiftlock.Config{Threshold: 4, CheckInterval: 10 * time.Millisecond, StaleAfter: 30 * time.Millisecond}
+		ls, cs, eps := verbsClusterOf(t, slow, quick, slow, quick)
+		runTCPChecker(t, ls, cs, locktest.Workload{
+			Workers: 40, Entries: 2, ReadRatio: 0.5, Ops: 25, Seed: 24,
+		}, 0)
+		var asked uint64
+		for _, c := range cs {
+			asked += c.Stats().RecoveryRequests.Load()
+		}
+		if asked == 0 {
+			t.Fatal("no waiter asked for recovery: the run did not exercise what it is for")
+		}
 		check(t, eps)
 	})
 	t.Run("light", func(t *testing.T) {

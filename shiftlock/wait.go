@@ -20,6 +20,8 @@ type waiter struct {
 	// base is RelCnt when the wait began. A recovery adds rdma.RecoveryLeap,
 	// so a value far past base means the entry was reset under us.
 	base uint64
+	// mark is the hold table's probe count when the wait began (enter).
+	mark uint32
 	// blocker is the node whose death would strand us: the predecessor of a
 	// queued writer, or the tail a reader queued behind. Zero if unknown.
 	blocker     rdma.NodeID

@@ -120,9 +120,10 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 	pred := e.Tail()
 	switch {
 	case !pred.IsZero():
-		c.holds.add(i, -1, 1)
+		mark := c.holds.wait(i)
 		g.queuedBehind(pred)
 		w := c.newWaiter(i, e.RelCnt(), pred.Node)
+		w.mark = mark
 		// The Successor notification carries our owner tag, which is all
 		// owner recognition needs (owner.go).
 		t0 := c.traceStart()
@@ -147,13 +148,13 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 			}
 			return nil, err
 		}
-		c.holds.add(i, 1, -1)
 	case e.Readers() != 0:
 		// Readers before us: we own the lock once each has released, i.e.
 		// once RelCnt has advanced by their number.
-		c.holds.add(i, -1, 1)
+		mark := c.holds.wait(i)
 		target := e.RelCnt() + e.Readers()
 		w := c.newWaiter(i, e.RelCnt(), 0)
+		w.mark = mark
 		finish := func(ctx context.Context) error {
 			overshot := false
 			if _, err := w.poll(ctx, func(e Entry) bool {
@@ -168,7 +169,7 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 				return err
 			}
 			g.curRel = target
-			return nil
+			return c.enter(ctx, i, w.base, w.mark)
 		}
 		g.waited = true
 		c.stats.Waits.Add(1)
@@ -183,7 +184,6 @@ func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, e
 		if err != nil {
 			return nil, c.abandonExclusive(qctx, g, w, err, finish)
 		}
-		c.holds.add(i, 1, -1)
 	default:
 		c.stats.Immediate.Add(1)
 	}
@@ -248,7 +248,10 @@ func (c *Client) waitHandover(ctx context.Context, g *Guard, w *waiter) error {
 			}
 			got = true
 		}
-		return c.takeHandover(ctx, g, w, m)
+		if err := c.takeHandover(ctx, g, w, m); err != nil {
+			return err
+		}
+		return c.enter(ctx, g.entry, w.base, w.mark)
 	}
 	err := finish(ctx)
 	if errors.Is(err, context.DeadlineExceeded) && g.tag != 0 && !g.same {
@@ -348,7 +351,6 @@ func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 		g.pending = false
 		g.token = g.curRel
 		g.mu.Unlock()
-		c.holds.add(g.entry, 1, -1)
 		g.headOfQueue()
 		c.stats.ExclusiveGrants.Add(1)
 		if early {
@@ -363,8 +365,9 @@ func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 func (c *Client) takeHandover(ctx context.Context, g *Guard, w *waiter, m message) error {
 	switch m.Kind {
 	case msgHandover:
-		// A grant by message comes from a live holder, which a recovery
-		// probe would have found, so no freeze applies here.
+		// The sender released before this arrived, so a recovery probe
+		// may have found neither of us holding: enter, after this, checks
+		// for a probe since the wait began.
 		g.curRel, g.consWrt, g.epoch = m.Value, m.U32, uint64(m.Flags>>1&1)
 		g.maybeLag = m.Flags&flagBumpsInFlight != 0
 		g.granted = msgHandover
@@ -422,7 +425,6 @@ func (c *Client) abandonExclusive(ctx context.Context, g *Guard, w *waiter, err 
 			c.closeSlot(g)
 			return
 		}
-		c.holds.add(g.entry, 1, -1)
 		g.token = g.curRel
 		if err := g.Release(bctx); err != nil {
 			c.log.Warn("releasing abandoned lock", zap.Uint64("entry", g.entry), zap.Error(err))

@@ -43,6 +43,12 @@ type config struct {
 	// RangeTrees is how many range-lock trees (LOCK.RANGE.*) the embedded
 	// memory node holds, 1.4 MB each: one per range-lock name in use.
 	RangeTrees int `yaml:"range_trees"`
+	// RangeWait is the range locks' T_wait (rangelock.Config.Wait): how
+	// long a request may take from its look at a node's ancestors to its
+	// notifications before it must start the node over. It has to exceed a
+	// few of the fabric's round trips, so 0 picks one per fabric
+	// (rangeWait).
+	RangeWait time.Duration `yaml:"range_wait"`
 	// PeerListen is where other proxies deliver handovers to this one. With
 	// several memnodes, memnode i uses port+i (port 0: any free port).
 	PeerListen string `yaml:"peer_listen"`
@@ -235,6 +241,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	l.Uint64(&cfg.Entries, "entries", cfg.Entries, "lock-table entries of the embedded memory node")
 	l.String(&cfg.StateDir, "state-dir", "", "directory kept across restarts for the embedded memory node's state (required with it)")
 	l.Int(&cfg.RangeTrees, "range-trees", cfg.RangeTrees, "range-lock trees of the embedded memory node, one per range-lock name in use (1.4 MB each; 0: no range locks)")
+	l.Duration(&cfg.RangeWait, "range-wait", cfg.RangeWait, "T_wait of range locks (0: per fabric, 2ms on tcp and the embedded memory node, 50ms on verbs)")
 	l.String(&cfg.PeerListen, "peer-listen", cfg.PeerListen, "address for handovers from other proxies")
 	l.String(&cfg.Advertise, "advertise", "", "address other proxies dial for handovers (default: derived)")
 	l.String(&cfg.Name, "name", "", "node name in memnode logs (default: hostname:pid)")
@@ -307,6 +314,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.RangeTrees < 0 || cfg.RangeTrees > 4096 {
 		return config{}, errors.New("range_trees must be within 0..4096")
+	}
+	if cfg.RangeWait < 0 {
+		return config{}, errors.New("range_wait must not be negative (0 picks one per fabric)")
 	}
 	if (len(cfg.Etcd) == 0) != (len(cfg.Shards) == 0) {
 		return config{}, errors.New("etcd_endpoints and shards go together")
@@ -392,6 +402,25 @@ func (c config) tlsConfig() (*tls.Config, error) {
 
 // embedded reports whether the proxy runs its own memory node in-process.
 func (c config) embedded() bool { return len(c.Memnodes) == 0 && len(c.Shards) == 0 }
+
+// verbsRangeWait is T_wait on -fabric verbs. The only verbs set-up this
+// project runs is soft-RoCE in a guest under TCG, where a round trip takes
+// milliseconds: with rangelock's 2 ms every attempt below an occupied node
+// took longer than T_wait, and an acquire on an idle name was never
+// granted within its 2 s WAIT; 50 ms let TestVerbsRangeLocks pass
+// (docs/rangelock.md). On an RDMA NIC, round trips of microseconds would
+// do with range_wait: 2ms.
+const verbsRangeWait = 50 * time.Millisecond
+
+// rangeWait is the T_wait the range locks run with: range_wait if set,
+// else one for the fabric; 0 leaves rangelock's default (2 ms), which is
+// many round trips of tcpfab and of the embedded memory node.
+func (c config) rangeWait() time.Duration {
+	if c.RangeWait > 0 || c.Fabric != "verbs" {
+		return c.RangeWait
+	}
+	return verbsRangeWait
+}
 
 // errEmbeddedNeedsState says why a proxy on its embedded memory node will
 // not start without a state directory, and what to do.

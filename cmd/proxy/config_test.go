@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFrontendConfig: the RESP front end and its event loops come from the
@@ -110,5 +111,33 @@ func TestOpenFabricRefused(t *testing.T) {
 		if !c.ok && (err == nil || !strings.Contains(err.Error(), "fabric_secret_file") || !strings.Contains(err.Error(), "fabric_insecure")) {
 			t.Errorf("%v: %v; want a refusal that says how to fix it", c.args, err)
 		}
+	}
+}
+
+// TestRangeWaitPerFabric: the range locks' T_wait is rangelock's default
+// on tcp and on the embedded memory node, longer on verbs, whose only
+// tested set-up (soft-RoCE under emulation) has round trips of
+// milliseconds (issue 36); range_wait overrides both, and a negative one is
+// refused.
+func TestRangeWaitPerFabric(t *testing.T) {
+	mn := []string{"-memnode", "127.0.0.1:7300"}
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"-state-dir", t.TempDir()}, 0},
+		{mn, 0},
+		{append([]string{"-fabric", "tcp"}, mn...), 0},
+		{append([]string{"-fabric", "verbs"}, mn...), 50 * time.Millisecond},
+		{append([]string{"-fabric", "verbs", "-range-wait", "5ms"}, mn...), 5 * time.Millisecond},
+		{append([]string{"-range-wait", "20ms"}, mn...), 20 * time.Millisecond},
+	} {
+		cfg, err := parseConfig(c.args, io.Discard)
+		if err != nil || cfg.rangeWait() != c.want {
+			t.Errorf("%v: T_wait %v, %v; want %v", c.args, cfg.rangeWait(), err, c.want)
+		}
+	}
+	if _, err := parseConfig(append([]string{"-range-wait", "-1ms"}, mn...), io.Discard); err == nil || !strings.Contains(err.Error(), "range_wait") {
+		t.Errorf("a negative range_wait: %v", err)
 	}
 }

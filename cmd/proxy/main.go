@@ -120,6 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		OnExpire:  func(string) { m.expired.Inc() },
 		OnHoldEnd: m.onHoldEnd,
 		Route:     route,
+		RangeWait: cfg.rangeWait(),
 	})
 	defer lm.Close()
 	sctx, stopSupervisors := context.WithCancel(context.Background())

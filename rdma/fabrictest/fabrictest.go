@@ -274,9 +274,17 @@ func testSend(t *testing.T, join Join) {
 		t.Fatalf("receiver counted %d inbound sends, want %d", d.In[rdma.VerbSend], n)
 	}
 	// A closed target refuses: the sender learns it, nothing is delivered.
+	// The Send still counts, on both sides, as one that reached the
+	// receiver's handler: the counters say what crossed the fabric, which
+	// a refusal does as much as an acceptance (a Handover to a slot that
+	// gave up waiting; issue 36's 84 Sends against 85 on verbs).
 	ib.Close(tgt)
+	outA, inB := a.Counters().Snapshot(), b.Counters().Snapshot()
 	if err := a.Send(c, b.Node(), tgt, rdma.Payload{}); !errors.Is(err, rdma.ErrNotReady) {
 		t.Fatalf("send to closed target: %v", err)
+	}
+	if o, i := a.Counters().Snapshot().Sub(outA).Out[rdma.VerbSend], b.Counters().Snapshot().Sub(inB).In[rdma.VerbSend]; o != 1 || i != 1 {
+		t.Fatalf("a Send its target refused counted %d out at the sender and %d in at the receiver, want 1 and 1", o, i)
 	}
 	// Sending to oneself works.
 	a.Bind(ib.Deliver)

@@ -254,9 +254,12 @@ func (c *peerConn) complete(kind uint8, idx int, wc *ibv.WC) {
 			} else {
 				e.ctrs.In(rdma.VerbSend)
 				e.wire.peerRecvs.Add(1)
-				if a.Err = (*fn)(m); a.Err == nil {
-					a.Delivered = true
-				}
+				// Delivered: the handler ran, whatever it answered. The
+				// sender counts the Send then, as memfab and tcpfab do: a
+				// refusal (a slot that gave up waiting) crossed the fabric
+				// as much as an acceptance did.
+				a.Err = (*fn)(m)
+				a.Delivered = true
 			}
 		}
 		if err := c.postRecv(idx); err != nil {
@@ -355,11 +358,8 @@ func (e *Endpoint) Send(ctx context.Context, to rdma.NodeID, t rdma.Target, p rd
 			return fmt.Errorf("%w: node %d has no receive handler", rdma.ErrNotReady, to)
 		}
 		e.ctrs.In(rdma.VerbSend)
-		if err := (*fn)(rdma.Message{From: to, To: t, Payload: p}); err != nil {
-			return err
-		}
 		e.ctrs.Out(rdma.VerbSend)
-		return nil
+		return (*fn)(rdma.Message{From: to, To: t, Payload: p})
 	}
 	var timeout <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok && e.timeout > 0 {

@@ -599,8 +599,9 @@ func (m *PeerData) encode(b []byte) []byte {
 	return append(b, m.Payload[:]...)
 }
 
-// PeerAck answers a PeerData: whether the receive handler took it, and its
-// error if not.
+// PeerAck answers a PeerData: whether it reached the receive handler
+// (Delivered), and the handler's error if it refused it, or why it did not
+// reach the handler.
 type PeerAck struct {
 	Seq       uint32
 	Delivered bool
