@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -73,7 +74,7 @@ func parseLockOpts(args [][]byte, cmd, syntax string) (lockOpts, string) {
 			}
 			i++
 		default:
-			return o, fmt.Sprintf("ERR syntax error near '%s' (%s)", oneLine(string(args[i])), syntax)
+			return o, fmt.Sprintf("ERR syntax error near '%s' (%s)", wire.OneLine(string(args[i])), syntax)
 		}
 	}
 	return o, ""

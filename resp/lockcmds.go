@@ -10,6 +10,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -326,7 +327,7 @@ func (s *Server) cmdDel(st *connState, args [][]byte) {
 			return
 		}
 		if in.State == lockmap.HeldElsewhere {
-			st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; release it through the proxy that granted it", oneLine(string(k))))
+			st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; release it through the proxy that granted it", wire.OneLine(string(k))))
 			return
 		}
 	}
@@ -372,7 +373,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 	if len(args) == 4 {
 		cond = strings.ToUpper(string(args[3]))
 		if cond != "NX" && cond != "XX" && cond != "GT" && cond != "LT" {
-			st.w.err(fmt.Sprintf("ERR Unsupported option %s", oneLine(string(args[3]))))
+			st.w.err(fmt.Sprintf("ERR Unsupported option %s", wire.OneLine(string(args[3]))))
 			return
 		}
 	}
@@ -386,7 +387,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 		st.w.int(0)
 		return
 	case lockmap.HeldElsewhere:
-		st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; extend it through the proxy that granted it", oneLine(key)))
+		st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; extend it through the proxy that granted it", wire.OneLine(key)))
 		return
 	}
 	ttl := time.Duration(n) * unit

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -240,6 +241,6 @@ func (s *Server) cmdScript(st *connState, args [][]byte) {
 		s.scriptsMu.Unlock()
 		st.w.status("OK")
 	default:
-		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try SCRIPT HELP.", oneLine(string(args[1]))))
+		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try SCRIPT HELP.", wire.OneLine(string(args[1]))))
 	}
 }

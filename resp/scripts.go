@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // ScriptOps is what the recognised lock scripts need from the lock table.
@@ -40,117 +42,34 @@ type ScriptOps interface {
 	PTTL(key string) (int64, error)
 }
 
-// ReplyKind is the RESP type of a script's reply.
-type ReplyKind uint8
-
-// The reply kinds a Lua script can produce that the lock scripts use.
-const (
-	ReplyNil    ReplyKind = iota // Lua false or nil: "$-1" in RESP2, "_" in RESP3
-	ReplyInt                     // Lua number (truncated to an integer)
-	ReplyStatus                  // redis.status_reply or a passed-through status such as SET's OK
-	ReplyBulk                    // Lua string
-	ReplyArray                   // Lua table used as an array
-	ReplyError                   // error; Str carries the code, e.g. "ERR ..."
+// The reply type is the wire format's; these names keep the executors
+// short until they move to a package of their own.
+type (
+	Reply     = wire.Reply
+	ReplyKind = wire.ReplyKind
 )
 
-// Reply is a script's reply. It is a value so that executors can be tested
-// without a connection and compared with what Redis sent.
-type Reply struct {
-	Kind  ReplyKind
-	Int   int64
-	Str   string
-	Array []Reply
-}
-
-// Reply constructors, kept short because the executors use them on every path.
-func intReply(n int64) Reply      { return Reply{Kind: ReplyInt, Int: n} }
-func statusReply(s string) Reply  { return Reply{Kind: ReplyStatus, Str: s} }
-func bulkReply(s string) Reply    { return Reply{Kind: ReplyBulk, Str: s} }
-func arrayReply(a ...Reply) Reply { return Reply{Kind: ReplyArray, Array: a} }
-func errorReply(msg string) Reply { return Reply{Kind: ReplyError, Str: msg} }
+const (
+	ReplyNil    = wire.ReplyNil
+	ReplyInt    = wire.ReplyInt
+	ReplyStatus = wire.ReplyStatus
+	ReplyBulk   = wire.ReplyBulk
+	ReplyArray  = wire.ReplyArray
+	ReplyError  = wire.ReplyError
+)
 
 var (
-	nilReply = Reply{Kind: ReplyNil}
-	okReply  = statusReply("OK")
+	intReply    = wire.Int
+	statusReply = wire.Status
+	bulkReply   = wire.Bulk
+	arrayReply  = wire.Array
+	errorReply  = wire.Error
+	nilReply    = wire.Nil
+	okReply     = wire.OK
 )
 
-// String renders a reply for test failures and logs.
-func (r Reply) String() string {
-	switch r.Kind {
-	case ReplyNil:
-		return "(nil)"
-	case ReplyInt:
-		return "(integer) " + strconv.FormatInt(r.Int, 10)
-	case ReplyStatus:
-		return "+" + r.Str
-	case ReplyBulk:
-		return strconv.Quote(r.Str)
-	case ReplyError:
-		return "-" + r.Str
-	case ReplyArray:
-		parts := make([]string, len(r.Array))
-		for i, e := range r.Array {
-			parts[i] = e.String()
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
-	}
-	return fmt.Sprintf("(kind %d)", r.Kind)
-}
-
-// AppendReply appends r in RESP2, or in RESP3 when resp3 is set (the two differ
-// only for nil here; a script's array stays an array in RESP3).
-func AppendReply(dst []byte, r Reply, resp3 bool) []byte {
-	switch r.Kind {
-	case ReplyNil:
-		if resp3 {
-			return append(dst, "_\r\n"...)
-		}
-		return append(dst, "$-1\r\n"...)
-	case ReplyInt:
-		dst = append(dst, ':')
-		dst = strconv.AppendInt(dst, r.Int, 10)
-		return append(dst, "\r\n"...)
-	case ReplyStatus:
-		dst = append(dst, '+')
-		dst = append(dst, oneLine(r.Str)...)
-		return append(dst, "\r\n"...)
-	case ReplyError:
-		dst = append(dst, '-')
-		dst = append(dst, oneLine(r.Str)...)
-		return append(dst, "\r\n"...)
-	case ReplyBulk:
-		dst = append(dst, '$')
-		dst = strconv.AppendInt(dst, int64(len(r.Str)), 10)
-		dst = append(dst, "\r\n"...)
-		dst = append(dst, r.Str...)
-		return append(dst, "\r\n"...)
-	case ReplyArray:
-		dst = append(dst, '*')
-		dst = strconv.AppendInt(dst, int64(len(r.Array)), 10)
-		dst = append(dst, "\r\n"...)
-		for _, e := range r.Array {
-			dst = AppendReply(dst, e, resp3)
-		}
-		return dst
-	}
-	return AppendReply(dst, errorReply("ERR internal: unknown reply kind"), resp3)
-}
-
-// oneLine keeps a status or error on one line, as Redis does, because a CR or
-// LF inside would end the reply early and desynchronise the client.
-func oneLine(s string) string {
-	// IndexByte twice: every status reply comes here, and ContainsAny
-	// costs more than the rest of writing "+OK".
-	if strings.IndexByte(s, '\n') < 0 && strings.IndexByte(s, '\r') < 0 {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' {
-			return ' '
-		}
-		return r
-	}, s)
-}
+// AppendReply is wire.AppendReply.
+func AppendReply(dst []byte, r Reply, resp3 bool) []byte { return wire.AppendReply(dst, r, resp3) }
 
 // Client names one lock client and the versions of it that send a body.
 type Client struct {

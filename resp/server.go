@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // Front ends (Config.Frontend).
@@ -584,8 +585,8 @@ func (s *Server) crossProtocolAttack(st *connState) {
 func (s *Server) CrossProtocolAttempts() int64 { return s.attacks.Load() }
 
 // newGuard is a framing guard with the server's limits.
-func (s *Server) newGuard() *guard {
-	return newGuard(maxArgs, int64(s.cfg.MaxCommandBytes), min(maxInline, s.cfg.MaxCommandBytes))
+func (s *Server) newGuard() *wire.Guard {
+	return wire.NewGuard(maxArgs, int64(s.cfg.MaxCommandBytes), min(wire.MaxInline, s.cfg.MaxCommandBytes))
 }
 
 // lookup finds a command by name, case-insensitively, without allocating:
