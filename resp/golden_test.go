@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/replies.golden from the current encoder")
@@ -78,21 +80,21 @@ func goldenReplies() []goldenCase {
 			w.bulk("proto")
 			w.int(3)
 		}},
-		{"script-nil", func(w *replyWriter) { w.reply(nilReply) }},
-		{"script-int", func(w *replyWriter) { w.reply(intReply(-2)) }},
-		{"script-ok", func(w *replyWriter) { w.reply(okReply) }},
-		{"script-status-crlf", func(w *replyWriter) { w.reply(statusReply("x\r\ny")) }},
-		{"script-bulk", func(w *replyWriter) { w.reply(bulkReply("tok-1")) }},
-		{"script-bulk-empty", func(w *replyWriter) { w.reply(bulkReply("")) }},
-		{"script-error", func(w *replyWriter) { w.reply(errorReply("ERR bad\r\nthing")) }},
+		{"script-nil", func(w *replyWriter) { w.reply(wire.Nil) }},
+		{"script-int", func(w *replyWriter) { w.reply(wire.Int(-2)) }},
+		{"script-ok", func(w *replyWriter) { w.reply(wire.OK) }},
+		{"script-status-crlf", func(w *replyWriter) { w.reply(wire.Status("x\r\ny")) }},
+		{"script-bulk", func(w *replyWriter) { w.reply(wire.Bulk("tok-1")) }},
+		{"script-bulk-empty", func(w *replyWriter) { w.reply(wire.Bulk("")) }},
+		{"script-error", func(w *replyWriter) { w.reply(wire.Error("ERR bad\r\nthing")) }},
 		{"script-array", func(w *replyWriter) {
-			w.reply(arrayReply(nilReply, intReply(-2), bulkReply("t"), arrayReply(okReply, arrayReply())))
+			w.reply(wire.Array(wire.Nil, wire.Int(-2), wire.Bulk("t"), wire.Array(wire.OK, wire.Array())))
 		}},
-		{"script-array-empty", func(w *replyWriter) { w.reply(arrayReply()) }},
-		{"script-unknown-kind", func(w *replyWriter) { w.reply(Reply{Kind: 99}) }},
+		{"script-array-empty", func(w *replyWriter) { w.reply(wire.Array()) }},
+		{"script-unknown-kind", func(w *replyWriter) { w.reply(wire.Reply{Kind: 99}) }},
 		{"append-after", func(w *replyWriter) {
 			w.status("OK")
-			w.reply(intReply(1))
+			w.reply(wire.Int(1))
 			w.null()
 		}},
 	}

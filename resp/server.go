@@ -2,7 +2,7 @@
 // commands run as locks in a lockmap.Map. Existing Redis lock clients keep
 // working unchanged: SET NX PX acquires, the compare-and-delete and
 // compare-and-extend scripts of the major lock clients are recognised and
-// run natively (scripts.go), and LOCK.* commands expose what Redis cannot:
+// run natively (package scripts), and LOCK.* commands expose what Redis cannot:
 // shared locks, waiting and fencing tokens.
 //
 // Two front ends serve the same commands: an event loop on gnet (gnet.go,
@@ -10,7 +10,7 @@
 // and commands that might wait run on a goroutine of their own, and one
 // goroutine per connection ("redcon", redcon.go). Both accept connections
 // on a goroutine of their own (accept.go) and read them through the same
-// framing guard (guard.go) and parser (parse.go).
+// framing guard (package wire) and parser (parse.go).
 package resp
 
 import (
@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
@@ -202,7 +203,7 @@ type Server struct {
 	started   time.Time
 
 	scriptsMu sync.RWMutex
-	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
+	loaded    map[string]*scripts.Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
 
 	mu     sync.Mutex
 	addr   net.Addr
@@ -225,7 +226,7 @@ type Server struct {
 // New returns a Server; call Listen to start it.
 func New(cfg Config) *Server {
 	cfg.defaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*Script{}, started: time.Now(), done: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*scripts.Script{}, started: time.Now(), done: make(chan error, 1)}
 	s.clock.Store(s.started.UnixNano())
 	switch cfg.Frontend {
 	case FrontendRedcon:
