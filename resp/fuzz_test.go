@@ -155,4 +155,3 @@ func FuzzCommand(f *testing.F) {
 
 // cmdArgs is one parsed command.
 type cmdArgs struct{ Args [][]byte }
-
