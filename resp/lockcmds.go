@@ -99,33 +99,13 @@ func parseSet(args [][]byte, now func() time.Time) (setArgs, string) {
 	if unit == "" {
 		return a, ""
 	}
-	n, ok := parseInteger(value)
-	if !ok {
+	d, fault := parseTTL(unit, value, math.MaxInt64, now)
+	switch fault {
+	case ttlOK:
+	case ttlNotInteger:
 		return a, "ERR value is not an integer or out of range"
-	}
-	if n <= 0 {
+	default:
 		return a, "ERR invalid expire time in 'set' command"
-	}
-	var d time.Duration
-	switch unit {
-	case "EX":
-		if n > math.MaxInt64/int64(time.Second) {
-			return a, "ERR invalid expire time in 'set' command"
-		}
-		d = time.Duration(n) * time.Second
-	case "PX":
-		if n > math.MaxInt64/int64(time.Millisecond) {
-			return a, "ERR invalid expire time in 'set' command"
-		}
-		d = time.Duration(n) * time.Millisecond
-	case "EXAT":
-		d = time.Unix(n, 0).Sub(now())
-	case "PXAT":
-		d = time.UnixMilli(n).Sub(now())
-	}
-	if d <= 0 {
-		// An absolute time in the past: Redis sets and expires at once.
-		d = time.Millisecond
 	}
 	a.ttl, a.hasTTL = d, true
 	return a, ""
