@@ -18,12 +18,12 @@ func TestOpEncodingGolden(t *testing.T) {
 	for i, op := range goldenOps() {
 		req := appendOp(nil, &op)
 		var w wireOp
-		d := decoder{b: req}
+		d := newDecoder(req)
 		decodeOp(&d, &w)
-		fmt.Fprintf(&out, "%d %v wide=%v op %s decoded err=%v readLen=%d\n", i, op.Verb, op.Wide, hex.EncodeToString(req), d.done(), w.readLen)
+		fmt.Fprintf(&out, "%d %v wide=%v op %s decoded err=%v readLen=%d\n", i, op.Verb, op.Wide, hex.EncodeToString(req), d.Done(trailing), w.readLen)
 		res := appendOpResult(nil, &op, 64)
 		back := rdma.Op{Verb: op.Verb, Wide: op.Wide, Buf: make([]byte, len(op.Buf))}
-		rd := decoder{b: res}
+		rd := newDecoder(res)
 		err := decodeOpResult(&rd, &back)
 		fmt.Fprintf(&out, "%d result %s decoded old=%v err=%v\n", i, hex.EncodeToString(res), back.Old, err)
 	}
