@@ -5,7 +5,7 @@
 package scripttest
 
 import (
-	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -94,11 +94,8 @@ func (f *Table) Release(key, token string) (bool, error) {
 func (f *Table) Extend(key, token string, ttl time.Duration) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.err != nil {
-		return false, f.err
-	}
-	if ttl <= 0 {
-		return false, errors.New("scripttest: Extend with non-positive TTL")
+	if err := f.refuse("Extend", ttl); err != nil {
+		return false, err
 	}
 	if l, ok := f.live(key); ok && l.Token == token {
 		f.locks[key] = Lock{token, f.deadline(ttl)}
@@ -107,15 +104,25 @@ func (f *Table) Extend(key, token string, ttl time.Duration) (bool, error) {
 	return false, nil
 }
 
+// refuse is what a call that sets a TTL answers before it looks at a lock:
+// the injected error, or a TTL that is not positive, which the real lock
+// table refuses too (an executor must delete instead).
+func (f *Table) refuse(call string, ttl time.Duration) error {
+	if f.err != nil {
+		return f.err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("scripttest: %s with non-positive TTL", call)
+	}
+	return nil
+}
+
 // Reassign implements scripts.Ops.
 func (f *Table) Reassign(keys, from []string, token string, ttl time.Duration) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.err != nil {
-		return false, f.err
-	}
-	if ttl <= 0 {
-		return false, errors.New("scripttest: Reassign with non-positive TTL")
+	if err := f.refuse("Reassign", ttl); err != nil {
+		return false, err
 	}
 	for i, k := range keys {
 		if l, ok := f.live(k); !ok || l.Token != from[i] || f.pinned[k] {
