@@ -3,27 +3,19 @@ package itest
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"io"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
-	"github.com/shiftlock/shiftlock-proxy/resp"
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
-// This file drives the recognised lock scripts (resp/scripts.go) through
+// This file drives the recognised lock scripts (resp/scripts) through
 // the real proxy binary, side by side with a real redis-server running the
 // clients' published bodies, and checks what the scripts leave behind: a
 // script that fails must not release or change a hold it did not take.
@@ -49,8 +41,18 @@ func dialRESP(t *testing.T, name, addr string) *respConn {
 
 // do sends one command and returns its reply; a broken connection fails
 // the test, since every later check would be meaningless.
-func (rc *respConn) do(args ...string) resp.Reply {
+func (rc *respConn) do(args ...string) wire.Reply {
 	rc.t.Helper()
+	r, err := rc.Do(args...)
+	if err != nil {
+		rc.t.Fatalf("%s: %q: %v", rc.name, args, err)
+	}
+	return r
+}
+
+// Do is do with the error returned, for callers on other goroutines than
+// rc's test (scripttest.Run's subtests).
+func (rc *respConn) Do(args ...string) (wire.Reply, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -58,149 +60,14 @@ func (rc *respConn) do(args ...string) resp.Reply {
 	}
 	_ = rc.c.SetDeadline(time.Now().Add(time.Minute))
 	if _, err := rc.c.Write(b.Bytes()); err != nil {
-		rc.t.Fatalf("%s: %q: %v", rc.name, args, err)
+		return wire.Reply{}, err
 	}
-	r, err := readReply(rc.r)
-	if err != nil {
-		rc.t.Fatalf("%s: %q: %v", rc.name, args, err)
-	}
-	return r
+	return wire.ReadReply(rc.r, nil)
 }
 
-func readReply(r *bufio.Reader) (resp.Reply, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return resp.Reply{}, err
-	}
-	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
-		return resp.Reply{}, fmt.Errorf("bad RESP line %q", line)
-	}
-	body := line[1 : len(line)-2]
-	switch line[0] {
-	case '+':
-		return resp.Reply{Kind: resp.ReplyStatus, Str: body}, nil
-	case '-':
-		return resp.Reply{Kind: resp.ReplyError, Str: body}, nil
-	case ':':
-		n, err := strconv.ParseInt(body, 10, 64)
-		return resp.Reply{Kind: resp.ReplyInt, Int: n}, err
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return resp.Reply{Kind: resp.ReplyNil}, err
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return resp.Reply{}, err
-		}
-		return resp.Reply{Kind: resp.ReplyBulk, Str: string(buf[:n])}, nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return resp.Reply{Kind: resp.ReplyNil}, err
-		}
-		out := resp.Reply{Kind: resp.ReplyArray}
-		for i := 0; i < n; i++ {
-			e, err := readReply(r)
-			if err != nil {
-				return resp.Reply{}, err
-			}
-			out.Array = append(out.Array, e)
-		}
-		return out, nil
-	}
-	return resp.Reply{}, fmt.Errorf("unknown RESP type in %q", line)
-}
-
-// publishedScriptBodies returns, by SHA1, the script bodies of the Go
-// clients' published modules (the Go module cache, filled from the module
-// proxy when needed) and of Debian's redis-py, where installed. A client
-// that cannot be had is logged; its scripts then run on the proxy alone.
-func publishedScriptBodies(t *testing.T) map[string]string {
+func scriptByID(t *testing.T, id string) *scripts.Script {
 	t.Helper()
-	bodies := map[string]string{}
-	mods := []struct {
-		mod   string
-		files []string
-	}{
-		{"github.com/bsm/redislock@v0.9.4", []string{"redislock.go"}},
-		{"github.com/bsm/redislock@v0.10.0", []string{"obtain.lua", "pttl.lua", "refresh.lua", "release.lua"}},
-		{"github.com/go-redsync/redsync/v4@v4.11.0", []string{"mutex.go"}},
-		{"github.com/go-redsync/redsync/v4@v4.18.1", []string{"scripts.go"}},
-	}
-	for _, m := range mods {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", m.mod)
-		cmd.Dir = t.TempDir() // outside the module: go.mod and go.sum stay as they are
-		cmd.Env = append(os.Environ(), "GOFLAGS=")
-		out, err := cmd.Output()
-		cancel()
-		var info struct{ Dir string }
-		if err != nil || json.Unmarshal(out, &info) != nil || info.Dir == "" {
-			t.Logf("%s not available (%v): its scripts run on the proxy alone", m.mod, err)
-			continue
-		}
-		for _, name := range m.files {
-			src, err := os.ReadFile(filepath.Join(info.Dir, name))
-			if err != nil {
-				t.Fatalf("%s: %v", m.mod, err)
-			}
-			if strings.HasSuffix(name, ".lua") {
-				bodies[resp.SHA1Hex(string(src))] = string(src)
-				continue
-			}
-			for _, b := range goScriptLiterals(t, name, src) {
-				bodies[resp.SHA1Hex(b)] = b
-			}
-		}
-	}
-	out, err := exec.Command("python3", "-c", "import json, redis.lock as l; "+
-		"print(json.dumps([getattr(l.Lock, n) for n in dir(l.Lock) if n.startswith('LUA_')]))").Output()
-	var py []string
-	if err != nil || json.Unmarshal(out, &py) != nil {
-		t.Logf("redis-py not available (%v): its scripts run on the proxy alone", err)
-	}
-	for _, b := range py {
-		bodies[resp.SHA1Hex(b)] = b
-	}
-	return bodies
-}
-
-// goScriptLiterals returns the string literals passed to NewScript in a Go
-// source file, evaluated as the compiler evaluates them.
-func goScriptLiterals(t *testing.T, name string, src []byte) []string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), name, src, 0)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var out []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok {
-			return true
-		}
-		if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "NewScript" {
-			return true
-		}
-		// The body is the first string argument (redsync passes its
-		// SHA1 after it).
-		for _, arg := range call.Args {
-			if lit, ok := arg.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				if b, err := strconv.Unquote(lit.Value); err == nil {
-					out = append(out, b)
-				}
-				break
-			}
-		}
-		return true
-	})
-	return out
-}
-
-func scriptByID(t *testing.T, id string) *resp.Script {
-	t.Helper()
-	for _, s := range resp.Catalogue() {
+	for _, s := range scripts.Catalogue() {
 		if s.ID == id {
 			return s
 		}
@@ -219,7 +86,7 @@ type scriptRunner struct {
 	loaded map[string]bool
 }
 
-func (r *scriptRunner) run(s *resp.Script, eval bool, keys, argv []string) resp.Reply {
+func (r *scriptRunner) run(s *scripts.Script, eval bool, keys, argv []string) wire.Reply {
 	r.rc.t.Helper()
 	body, haveBody := r.bodies[s.SHA1]
 	var args []string
@@ -297,7 +164,7 @@ type side struct {
 // proxy and on redis-server with the published body, by EVAL and by
 // EVALSHA, and both must give the same replies and the same holders.
 func TestRedislockReobtainKeepsTheHold(t *testing.T) {
-	bodies := publishedScriptBodies(t)
+	bodies, _ := publishedBodies(t)
 	obtain := scriptByID(t, "redislock/obtain-v0.9")
 	release := scriptByID(t, "redislock/release")
 	if _, ok := bodies[obtain.SHA1]; !ok {
@@ -317,7 +184,7 @@ func TestRedislockReobtainKeepsTheHold(t *testing.T) {
 			sides[1].run.rc.do("FLUSHALL")
 			for _, eval := range []bool{true, false} {
 				how := map[bool]string{true: "EVAL", false: "EVALSHA"}[eval]
-				both := func(s *resp.Script, keys, argv []string, want resp.Reply) {
+				both := func(s *scripts.Script, keys, argv []string, want wire.Reply) {
 					t.Helper()
 					for _, sd := range sides {
 						if got := sd.run.run(s, eval, keys, argv); got.Kind != want.Kind || got.Str != want.Str || got.Int != want.Int {
@@ -329,7 +196,7 @@ func TestRedislockReobtainKeepsTheHold(t *testing.T) {
 					t.Helper()
 					for _, sd := range sides {
 						got := sd.run.rc.do("GET", key)
-						if (want == "" && got.Kind != resp.ReplyNil) || (want != "" && got.Str != want) {
+						if (want == "" && got.Kind != wire.ReplyNil) || (want != "" && got.Str != want) {
 							t.Errorf("%s %s: GET %s = %v, want %q", sd.name, how, key, got, want)
 						}
 						if want == "" {
@@ -342,8 +209,8 @@ func TestRedislockReobtainKeepsTheHold(t *testing.T) {
 						}
 					}
 				}
-				ok, null := resp.Reply{Kind: resp.ReplyStatus, Str: "OK"}, resp.Reply{Kind: resp.ReplyNil}
-				one, zero := resp.Reply{Kind: resp.ReplyInt, Int: 1}, resp.Reply{Kind: resp.ReplyInt, Int: 0}
+				ok, null := wire.Reply{Kind: wire.ReplyStatus, Str: "OK"}, wire.Reply{Kind: wire.ReplyNil}
+				one, zero := wire.Reply{Kind: wire.ReplyInt, Int: 1}, wire.Reply{Kind: wire.ReplyInt, Int: 0}
 
 				// The fencing token tells a hold kept in place from one
 				// released and taken again, which would have let anyone
@@ -422,21 +289,21 @@ func TestRedislockReobtainKeepsTheHold(t *testing.T) {
 // the event loop, a command that would wait is run again off it) and a
 // memory node across the network.
 func TestScriptsLeaveOtherHoldsAlone(t *testing.T) {
-	bodies := publishedScriptBodies(t)
+	bodies, _ := publishedBodies(t)
 	// One script per semantics: the entries of one semantics run the same
 	// executor. Prefer one whose body redis-server can run.
-	var scripts []*resp.Script
+	var chosen []*scripts.Script
 	bySem := map[string]int{}
-	for _, s := range resp.Catalogue() {
+	for _, s := range scripts.Catalogue() {
 		i, seen := bySem[s.Semantics]
 		if !seen {
-			bySem[s.Semantics] = len(scripts)
-			scripts = append(scripts, s)
+			bySem[s.Semantics] = len(chosen)
+			chosen = append(chosen, s)
 			continue
 		}
-		if _, have := bodies[scripts[i].SHA1]; !have {
+		if _, have := bodies[chosen[i].SHA1]; !have {
 			if _, ok := bodies[s.SHA1]; ok {
-				scripts[i] = s
+				chosen[i] = s
 			}
 		}
 	}
@@ -477,7 +344,7 @@ func TestScriptsLeaveOtherHoldsAlone(t *testing.T) {
 			}
 			fence := take()
 			failures, calls := 0, 0
-			for _, s := range scripts {
+			for _, s := range chosen {
 				shown := 0 // failures reported for s: the first few tell the story
 				_, haveBody := bodies[s.SHA1]
 				for _, keys := range [][]string{{victim}, {victim, "free"}, {"free", victim}} {
@@ -488,7 +355,7 @@ func TestScriptsLeaveOtherHoldsAlone(t *testing.T) {
 						var problems []string
 						if haveBody {
 							want := rr.run(s, eval, keys, argv)
-							ours := got.Kind == resp.ReplyError && strings.Contains(got.Str, "wrong number of arguments for the")
+							ours := got.Kind == wire.ReplyError && strings.Contains(got.Str, "wrong number of arguments for the")
 							if !ours && !sameScriptReply(got, want, s.TTLReply) {
 								problems = append(problems, fmt.Sprintf("replied %v, redis-server %v", got, want))
 							}
@@ -496,7 +363,7 @@ func TestScriptsLeaveOtherHoldsAlone(t *testing.T) {
 								t.Fatalf("the test is wrong: on redis-server %s %v %q changed the victim to %v", s.ID, keys, argv, r)
 							}
 						}
-						if r := proxy.do("GET", victim); r.Kind != resp.ReplyBulk || r.Str != vtoken {
+						if r := proxy.do("GET", victim); r.Kind != wire.ReplyBulk || r.Str != vtoken {
 							problems = append(problems, fmt.Sprintf("victim now %v", r))
 						} else if p := proxy.do("PTTL", victim); p.Int > vttl || p.Int <= vttl/2 {
 							problems = append(problems, fmt.Sprintf("victim's PTTL now %v, was set to %d", p, vttl))
@@ -516,27 +383,27 @@ func TestScriptsLeaveOtherHoldsAlone(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%d script calls on %d scripts (one per semantics), %d touched the victim or replied unlike redis-server", calls, len(scripts), failures)
+			t.Logf("%d script calls on %d scripts (one per semantics), %d touched the victim or replied unlike redis-server", calls, len(chosen), failures)
 		})
 	}
 }
 
 // sameScriptReply compares a proxy's script reply with redis-server's:
 // errors by kind only, remaining TTLs within a few seconds.
-func sameScriptReply(got, want resp.Reply, ttl bool) bool {
+func sameScriptReply(got, want wire.Reply, ttl bool) bool {
 	if got.Kind != want.Kind || len(got.Array) != len(want.Array) {
 		return false
 	}
 	switch got.Kind {
-	case resp.ReplyError:
+	case wire.ReplyError:
 		return true
-	case resp.ReplyInt:
+	case wire.ReplyInt:
 		if ttl && got.Int > 0 && want.Int > 0 {
 			d := got.Int - want.Int
 			return d > -5000 && d < 5000
 		}
 		return got.Int == want.Int
-	case resp.ReplyArray:
+	case wire.ReplyArray:
 		for i := range got.Array {
 			if !sameScriptReply(got.Array[i], want.Array[i], ttl) {
 				return false
@@ -557,7 +424,7 @@ func TestLockExtendNeedsTheHoldersToken(t *testing.T) {
 	if r := p.do("SET", "k", "holder", "NX", "PX", "300000"); r.Str != "OK" {
 		t.Fatalf("SET = %v", r)
 	}
-	if r := p.do("LOCK.EXTEND", "k", "", "PX", "120000"); r.Kind != resp.ReplyInt || r.Int != 0 {
+	if r := p.do("LOCK.EXTEND", "k", "", "PX", "120000"); r.Kind != wire.ReplyInt || r.Int != 0 {
 		t.Errorf("LOCK.EXTEND k \"\" = %v, want 0", r)
 	}
 	if r := p.do("PTTL", "k"); r.Int <= 150000 {
@@ -605,7 +472,7 @@ func TestReobtainMovesOwnerRecognition(t *testing.T) {
 	if f := holderFence(a, "k"); f != fence {
 		t.Fatalf("the re-obtain moved the fence from %d to %d", fence, f)
 	}
-	if r := b.do("SET", "k", oldTok, "NX", "PX", "30000"); r.Kind != resp.ReplyNil {
+	if r := b.do("SET", "k", oldTok, "NX", "PX", "30000"); r.Kind != wire.ReplyNil {
 		t.Errorf("the old value through proxy b = %v, want nil: it no longer holds the lock", r)
 	}
 	if r := b.do("SET", "k", newTok, "NX", "PX", "30000"); r.Str != "OK" {

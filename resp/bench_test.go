@@ -3,6 +3,8 @@ package resp
 import (
 	"context"
 	"testing"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 )
 
 // BenchmarkSetRelease is the proxy's own work for one acquire-release cycle
@@ -18,7 +20,7 @@ func BenchmarkSetRelease(b *testing.B) {
 else
     return 0
 end`
-	sha := SHA1Hex(body)
+	sha := scripts.SHA1Hex(body)
 	// As go-redis does after its first NOSCRIPT.
 	s.exec(st, [][]byte{[]byte("script"), []byte("load"), []byte(body)})
 	var keys [64][]byte

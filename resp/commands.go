@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // command is one entry of the command table. Arity counts the command name,
@@ -89,12 +91,12 @@ func init() {
 // unchanged, and adds why: this is a lock proxy, not a Redis.
 func unknownCommand(name string, args [][]byte) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ERR unknown command '%s', with args beginning with: ", oneLine(name))
+	fmt.Fprintf(&b, "ERR unknown command '%s', with args beginning with: ", wire.OneLine(name))
 	for i, a := range args {
 		if i == 4 {
 			break
 		}
-		fmt.Fprintf(&b, "'%s' ", oneLine(string(a)))
+		fmt.Fprintf(&b, "'%s' ", wire.OneLine(string(a)))
 	}
 	b.WriteString("(this is shiftlock-proxy, a lock proxy: it serves SET NX, GET, DEL, PEXPIRE, PTTL, EXISTS, " +
 		"the lock scripts of common clients and LOCK.*; keep data in a real Redis)")

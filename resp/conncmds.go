@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 func (s *Server) cmdPing(st *connState, args [][]byte) {
@@ -106,7 +108,7 @@ func (s *Server) cmdHello(st *connState, args [][]byte) {
 			name = string(args[i+1])
 			i++
 		default:
-			st.w.err(fmt.Sprintf("ERR syntax error in HELLO option '%s'", oneLine(string(args[i]))))
+			st.w.err(fmt.Sprintf("ERR syntax error in HELLO option '%s'", wire.OneLine(string(args[i]))))
 			return
 		}
 	}
@@ -183,7 +185,7 @@ func (s *Server) cmdClient(st *connState, args [][]byte) {
 			st.libVer = string(args[3])
 			st.infoMu.Unlock()
 		default:
-			st.w.err(fmt.Sprintf("ERR Unrecognized option '%s'", oneLine(string(args[2]))))
+			st.w.err(fmt.Sprintf("ERR Unrecognized option '%s'", wire.OneLine(string(args[2]))))
 			return
 		}
 		st.w.status("OK")
@@ -198,7 +200,7 @@ func (s *Server) cmdClient(st *connState, args [][]byte) {
 	case "kill":
 		s.clientKill(st, args[2:])
 	default:
-		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try CLIENT HELP.", oneLine(sub)))
+		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try CLIENT HELP.", wire.OneLine(sub)))
 	}
 }
 
@@ -290,7 +292,7 @@ func (s *Server) cmdCommand(st *connState, args [][]byte) {
 			}
 			return
 		default:
-			st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try COMMAND HELP.", oneLine(string(args[1]))))
+			st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try COMMAND HELP.", wire.OneLine(string(args[1]))))
 			return
 		}
 	}
@@ -381,7 +383,7 @@ func (s *Server) clientList(st *connState, args [][]byte) {
 			switch typ {
 			case "normal", "master", "replica", "slave", "pubsub":
 			default:
-				st.w.err(fmt.Sprintf("ERR Unknown client type '%s'", oneLine(string(args[i]))))
+				st.w.err(fmt.Sprintf("ERR Unknown client type '%s'", wire.OneLine(string(args[i]))))
 				return
 			}
 		case "id":
@@ -466,7 +468,7 @@ func (s *Server) clientKill(st *connState, args [][]byte) {
 			case "master", "replica", "slave", "pubsub":
 				none = true
 			default:
-				st.w.err(fmt.Sprintf("ERR Unknown client type '%s'", oneLine(v)))
+				st.w.err(fmt.Sprintf("ERR Unknown client type '%s'", wire.OneLine(v)))
 				return
 			}
 		case "user":

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -55,25 +56,27 @@ func parseLockOpts(args [][]byte, cmd, syntax string) (lockOpts, string) {
 			if opt != "WAIT" && seen.ttl {
 				return o, fmt.Sprintf("ERR syntax error: one TTL at most, PX or EX (%s)", syntax)
 			}
-			d, ok := parseMillis(args[i+1])
-			if !ok {
+			if opt == "WAIT" {
+				d, ok := parseMillis(args[i+1])
+				if !ok {
+					return o, "ERR value is not an integer or out of range"
+				}
+				o.wait, o.hasWait, seen.wait = d, true, true
+				i++
+				continue
+			}
+			d, fault := parseTTL(opt, args[i+1], maxLockTTLArg, nil)
+			switch fault {
+			case ttlOK:
+			case ttlZero, ttlTooLong:
+				return o, "ERR invalid expire time in '" + cmd + "' command"
+			default:
 				return o, "ERR value is not an integer or out of range"
 			}
-			switch opt {
-			case "EX":
-				d *= 1000
-				fallthrough
-			case "PX":
-				if d <= 0 {
-					return o, "ERR invalid expire time in '" + cmd + "' command"
-				}
-				o.ttl, seen.ttl = d, true
-			case "WAIT":
-				o.wait, o.hasWait, seen.wait = d, true, true
-			}
+			o.ttl, seen.ttl = d, true
 			i++
 		default:
-			return o, fmt.Sprintf("ERR syntax error near '%s' (%s)", oneLine(string(args[i])), syntax)
+			return o, fmt.Sprintf("ERR syntax error near '%s' (%s)", wire.OneLine(string(args[i])), syntax)
 		}
 	}
 	return o, ""
@@ -121,13 +124,18 @@ func (s *Server) cmdLockRelease(st *connState, args [][]byte) {
 // cmdLockExtend is LOCK.EXTEND key token PX ms.
 func (s *Server) cmdLockExtend(st *connState, args [][]byte) {
 	unit := strings.ToUpper(string(args[3]))
-	d, ok := parseMillis(args[4])
-	if !ok || (unit != "PX" && unit != "EX") {
+	d, fault := time.Duration(0), ttlNotInteger
+	if unit == "PX" || unit == "EX" {
+		d, fault = parseTTL(unit, args[4], maxLockTTLArg, nil)
+	}
+	switch fault {
+	case ttlOK, ttlZero: // 0 goes to the lock table, which answers it
+	case ttlTooLong:
+		st.w.err("ERR invalid expire time in 'lock.extend' command")
+		return
+	default:
 		st.w.err("ERR syntax error (LOCK.EXTEND key token PX ms)")
 		return
-	}
-	if unit == "EX" {
-		d *= 1000
 	}
 	done, err := s.cfg.Map.Extend(st.ctx, string(args[1]), string(args[2]), d)
 	if err != nil {

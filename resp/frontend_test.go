@@ -13,6 +13,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -146,9 +147,9 @@ func TestFrontendsAgree(t *testing.T) {
 		respCmd("EXISTS", "k", "nope") +
 		respCmd("SCRIPT", "LOAD", casDeleteBody) +
 		respCmd("EVAL", casDeleteBody, "1", "k", "t2") +
-		respCmd("EVALSHA", SHA1Hex(casDeleteBody), "1", "k", "t1") +
+		respCmd("EVALSHA", scripts.SHA1Hex(casDeleteBody), "1", "k", "t1") +
 		respCmd("EVALSHA", strings.Repeat("0", 40), "0") +
-		respCmd("SCRIPT", "EXISTS", SHA1Hex(casDeleteBody), "abc") +
+		respCmd("SCRIPT", "EXISTS", scripts.SHA1Hex(casDeleteBody), "abc") +
 		respCmd("HELLO", "3", "SETNAME", "me") +
 		respCmd("GET", "k") + // RESP3 null
 		respCmd("CLIENT", "GETNAME") +

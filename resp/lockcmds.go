@@ -10,6 +10,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -98,33 +99,13 @@ func parseSet(args [][]byte, now func() time.Time) (setArgs, string) {
 	if unit == "" {
 		return a, ""
 	}
-	n, ok := parseInteger(value)
-	if !ok {
+	d, fault := parseTTL(unit, value, math.MaxInt64, now)
+	switch fault {
+	case ttlOK:
+	case ttlNotInteger:
 		return a, "ERR value is not an integer or out of range"
-	}
-	if n <= 0 {
+	default:
 		return a, "ERR invalid expire time in 'set' command"
-	}
-	var d time.Duration
-	switch unit {
-	case "EX":
-		if n > math.MaxInt64/int64(time.Second) {
-			return a, "ERR invalid expire time in 'set' command"
-		}
-		d = time.Duration(n) * time.Second
-	case "PX":
-		if n > math.MaxInt64/int64(time.Millisecond) {
-			return a, "ERR invalid expire time in 'set' command"
-		}
-		d = time.Duration(n) * time.Millisecond
-	case "EXAT":
-		d = time.Unix(n, 0).Sub(now())
-	case "PXAT":
-		d = time.UnixMilli(n).Sub(now())
-	}
-	if d <= 0 {
-		// An absolute time in the past: Redis sets and expires at once.
-		d = time.Millisecond
 	}
 	a.ttl, a.hasTTL = d, true
 	return a, ""
@@ -326,7 +307,7 @@ func (s *Server) cmdDel(st *connState, args [][]byte) {
 			return
 		}
 		if in.State == lockmap.HeldElsewhere {
-			st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; release it through the proxy that granted it", oneLine(string(k))))
+			st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; release it through the proxy that granted it", wire.OneLine(string(k))))
 			return
 		}
 	}
@@ -372,7 +353,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 	if len(args) == 4 {
 		cond = strings.ToUpper(string(args[3]))
 		if cond != "NX" && cond != "XX" && cond != "GT" && cond != "LT" {
-			st.w.err(fmt.Sprintf("ERR Unsupported option %s", oneLine(string(args[3]))))
+			st.w.err(fmt.Sprintf("ERR Unsupported option %s", wire.OneLine(string(args[3]))))
 			return
 		}
 	}
@@ -386,7 +367,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 		st.w.int(0)
 		return
 	case lockmap.HeldElsewhere:
-		st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; extend it through the proxy that granted it", oneLine(key)))
+		st.w.err(fmt.Sprintf("ERR key '%s' is held through another proxy; extend it through the proxy that granted it", wire.OneLine(key)))
 		return
 	}
 	ttl := time.Duration(n) * unit

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // The event loop's batch logic, apart from gnet (gnet.go) so that tests and
@@ -54,7 +55,7 @@ type loopIO interface {
 type loopConn struct {
 	st     *connState      // the loop's state: every command runs on it first
 	nowait context.Context // the connection's context under lockmap.NoWait, for lock commands on the loop
-	g      *guard
+	g      *wire.Guard
 	seen   int // bytes at the front of the buffered input the guard has checked
 	p      cmdParser
 	wake   func() // has the loop call onTraffic again (gnet: Conn.Wake)
@@ -376,7 +377,7 @@ func (lc *loopConn) feed(in []byte) error {
 	if len(in) <= lc.seen {
 		return nil
 	}
-	err := lc.g.feed(in[lc.seen:])
+	err := lc.g.Feed(in[lc.seen:])
 	lc.seen = len(in)
 	return err
 }

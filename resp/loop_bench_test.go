@@ -3,6 +3,8 @@ package resp
 import (
 	"fmt"
 	"testing"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 )
 
 // sinkConn is a connection for benchmarks: it keeps the last write in a
@@ -58,7 +60,7 @@ func BenchmarkLoopSetRelease(b *testing.B) {
 	s := loopServer(b, nil)
 	// As go-redis does after its first NOSCRIPT.
 	c := newLoopClient(b, s)
-	sha := SHA1Hex(casDeleteBody)
+	sha := scripts.SHA1Hex(casDeleteBody)
 	if r := c.do("SCRIPT", "LOAD", casDeleteBody); r != "$40\r\n"+sha+"\r\n" {
 		b.Fatalf("SCRIPT LOAD: %q", r)
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // loopRun is what one connection of the event loop did with some input.
@@ -100,7 +101,7 @@ func FuzzLoop(f *testing.F) {
 		if logs.Len() > 0 {
 			t.Fatalf("a command panicked: %v", logs.All()[0].ContextMap())
 		}
-		if newGuard(maxArgs, int64(s.cfg.MaxCommandBytes), s.cfg.MaxCommandBytes).feed(data) != nil {
+		if wire.NewGuard(maxArgs, int64(s.cfg.MaxCommandBytes), s.cfg.MaxCommandBytes).Feed(data) != nil {
 			// Rejected framing closes the connection as soon as the guard
 			// sees it; what ran before depends on where the input was split.
 			if !whole.closed || !parts.closed {

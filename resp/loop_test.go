@@ -15,6 +15,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -436,8 +437,8 @@ func TestLoopScriptWouldBlock(t *testing.T) {
 	}
 }
 
-func byID(t testing.TB, id string) *Script {
-	for _, sc := range Catalogue() {
+func byID(t testing.TB, id string) *scripts.Script {
+	for _, sc := range scripts.Catalogue() {
 		if sc.ID == id {
 			return sc
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // cmdParser splits a connection's input into commands, for both front ends.
@@ -18,19 +20,13 @@ import (
 // parsed; what must outlive that is copied (loopConn.hold).
 //
 // The framing guard has seen every byte first: counts and lengths are within
-// the server's limits, and an inline line within maxInline bytes.
+// the server's limits, and an inline line within wire.MaxInline bytes.
 type cmdParser struct {
 	args  [][]byte
 	arena []byte
 }
 
-// protocolError is a malformed request, worded as Redis words it
-// ("Protocol error: ..."); the connection is closed after the reply.
-type protocolError string
-
-func (e protocolError) Error() string { return "Protocol error: " + string(e) }
-
-const errUnbalancedQuotes = protocolError("unbalanced quotes in request")
+const errUnbalancedQuotes = wire.ProtocolError("unbalanced quotes in request")
 
 // next reads the command at the front of in: its arguments, and how many
 // bytes it took, 0 if the command is not complete yet. A blank line, and a

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // redconFrontend serves each connection on a goroutine of its own, which
@@ -189,8 +190,8 @@ func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 		if n > 0 {
 			in := buf[len(buf) : len(buf)+n]
 			buf = buf[:len(buf)+n]
-			if gerr := g.feed(in); gerr != nil {
-				f.fatal(rc, "-ERR "+oneLine(gerr.Error())+"\r\n")
+			if gerr := g.Feed(in); gerr != nil {
+				f.fatal(rc, "-ERR "+wire.OneLine(gerr.Error())+"\r\n")
 				return
 			}
 			used, done := f.run(rc, &p, buf)
@@ -232,7 +233,7 @@ func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
 		}
 		args, used, err := p.next(in[n:])
 		if err != nil {
-			f.fatal(rc, "-ERR "+oneLine(err.Error())+"\r\n")
+			f.fatal(rc, "-ERR "+wire.OneLine(err.Error())+"\r\n")
 			return n, true
 		}
 		if used == 0 {

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
-// scriptOps runs a recognised script's calls against the lock table, on
-// behalf of one connection, under the connection's current context.
+// scriptOps is the scripts.Ops of one connection: it runs a recognised
+// script's calls against the lock table under the connection's current
+// context.
 //
 // On the event loop that context carries lockmap.NoWait: once a call
 // answers ErrWouldBlock, the script is to run again from the start on a
@@ -22,6 +25,8 @@ type scriptOps struct {
 	s  *Server
 	st *connState
 }
+
+var _ scripts.Ops = (*scriptOps)(nil)
 
 // note records ErrWouldBlock for the event loop.
 func (o *scriptOps) note(err error) {
@@ -129,7 +134,7 @@ func splitKeys(args [][]byte, keys, argv []string) ([]string, []string, string) 
 	return keys, argv, ""
 }
 
-func (s *Server) runScript(st *connState, sc *Script, rest [][]byte) {
+func (s *Server) runScript(st *connState, sc *scripts.Script, rest [][]byte) {
 	keys, argv, e := splitKeys(rest, st.keys[:0], st.argv[:0])
 	st.keys, st.argv = keys, argv
 	if e != "" {
@@ -142,13 +147,13 @@ func (s *Server) runScript(st *connState, sc *Script, rest [][]byte) {
 	clear(argv)
 }
 
-func (s *Server) remember(sha string, sc *Script) {
+func (s *Server) remember(sha string, sc *scripts.Script) {
 	s.scriptsMu.Lock()
 	s.loaded[sha] = sc
 	s.scriptsMu.Unlock()
 }
 
-func (s *Server) findSHA(sha string) (*Script, bool) {
+func (s *Server) findSHA(sha string) (*scripts.Script, bool) {
 	sha = strings.ToLower(sha)
 	s.scriptsMu.RLock()
 	sc, ok := s.loaded[sha]
@@ -158,13 +163,13 @@ func (s *Server) findSHA(sha string) (*Script, bool) {
 	}
 	// A catalogued script's exact SHA works without a prior load: clients
 	// that try EVALSHA first skip the NOSCRIPT round trip.
-	return LookupSHA(sha)
+	return scripts.LookupSHA(sha)
 }
 
 // findSHABytes is findSHA for EVALSHA's argument, without making a string
 // of it: a SHA1 is 40 hex digits, lower-cased here into the connection's
 // scratch buffer, and map lookups by string(bytes) do not copy.
-func (s *Server) findSHABytes(st *connState, sha []byte) (*Script, bool) {
+func (s *Server) findSHABytes(st *connState, sha []byte) (*scripts.Script, bool) {
 	if len(sha) != len(st.lsha) {
 		return nil, false // every name in both tables is a 40-digit SHA1
 	}
@@ -181,18 +186,17 @@ func (s *Server) findSHABytes(st *connState, sha []byte) (*Script, bool) {
 	if ok {
 		return sc, true
 	}
-	sc, ok = bySHA[string(b)]
-	return sc, ok
+	return scripts.LookupLowerSHA(b)
 }
 
 // load resolves a script body, by its SHA or else by recognising it, and
 // remembers it for EVALSHA. An unsupported body is answered here.
-func (s *Server) load(st *connState, body string) (string, *Script, bool) {
-	sha := SHA1Hex(body)
+func (s *Server) load(st *connState, body string) (string, *scripts.Script, bool) {
+	sha := scripts.SHA1Hex(body)
 	sc, ok := s.findSHA(sha)
 	if !ok {
-		if sc, ok = Recognize(body); !ok {
-			st.w.reply(UnsupportedScriptError(sha))
+		if sc, ok = scripts.Recognize(body); !ok {
+			st.w.reply(scripts.UnsupportedScriptError(sha))
 			return "", nil, false
 		}
 	}
@@ -236,10 +240,10 @@ func (s *Server) cmdScript(st *connState, args [][]byte) {
 		}
 	case "flush":
 		s.scriptsMu.Lock()
-		s.loaded = map[string]*Script{}
+		s.loaded = map[string]*scripts.Script{}
 		s.scriptsMu.Unlock()
 		st.w.status("OK")
 	default:
-		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try SCRIPT HELP.", oneLine(string(args[1]))))
+		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try SCRIPT HELP.", wire.OneLine(string(args[1]))))
 	}
 }

@@ -2,7 +2,7 @@
 // commands run as locks in a lockmap.Map. Existing Redis lock clients keep
 // working unchanged: SET NX PX acquires, the compare-and-delete and
 // compare-and-extend scripts of the major lock clients are recognised and
-// run natively (scripts.go), and LOCK.* commands expose what Redis cannot:
+// run natively (package scripts), and LOCK.* commands expose what Redis cannot:
 // shared locks, waiting and fencing tokens.
 //
 // Two front ends serve the same commands: an event loop on gnet (gnet.go,
@@ -10,7 +10,7 @@
 // and commands that might wait run on a goroutine of their own, and one
 // goroutine per connection ("redcon", redcon.go). Both accept connections
 // on a goroutine of their own (accept.go) and read them through the same
-// framing guard (guard.go) and parser (parse.go).
+// framing guard (package wire) and parser (parse.go).
 package resp
 
 import (
@@ -26,6 +26,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 // Front ends (Config.Frontend).
@@ -201,7 +203,7 @@ type Server struct {
 	started   time.Time
 
 	scriptsMu sync.RWMutex
-	loaded    map[string]*Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
+	loaded    map[string]*scripts.Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
 
 	mu     sync.Mutex
 	addr   net.Addr
@@ -224,7 +226,7 @@ type Server struct {
 // New returns a Server; call Listen to start it.
 func New(cfg Config) *Server {
 	cfg.defaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*Script{}, started: time.Now(), done: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, loaded: map[string]*scripts.Script{}, started: time.Now(), done: make(chan error, 1)}
 	s.clock.Store(s.started.UnixNano())
 	switch cfg.Frontend {
 	case FrontendRedcon:
@@ -584,8 +586,8 @@ func (s *Server) crossProtocolAttack(st *connState) {
 func (s *Server) CrossProtocolAttempts() int64 { return s.attacks.Load() }
 
 // newGuard is a framing guard with the server's limits.
-func (s *Server) newGuard() *guard {
-	return newGuard(maxArgs, int64(s.cfg.MaxCommandBytes), min(maxInline, s.cfg.MaxCommandBytes))
+func (s *Server) newGuard() *wire.Guard {
+	return wire.NewGuard(maxArgs, int64(s.cfg.MaxCommandBytes), min(wire.MaxInline, s.cfg.MaxCommandBytes))
 }
 
 // lookup finds a command by name, case-insensitively, without allocating:

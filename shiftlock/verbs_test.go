@@ -3,13 +3,12 @@
 package shiftlock_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc/verbsproc"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/verbs"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
@@ -29,21 +28,13 @@ func verbsCluster(t *testing.T, n int, cfg shiftlock.Config) ([]shiftlock.Locker
 // verbsClusterOf is verbsCluster with a configuration per client node.
 func verbsClusterOf(t *testing.T, cfgs ...shiftlock.Config) ([]shiftlock.Locker, []*shiftlock.Client, []*verbs.Endpoint) {
 	t.Helper()
-	mn := testproc.VerbsMemnode(t, "-entries", "4096", "-dead-after", "10m")
+	eps := verbsproc.Join(t, len(cfgs), "checker", "-entries", "4096", "-dead-after", "10m")
 	var ls []shiftlock.Locker
 	var cs []*shiftlock.Client
-	var eps []*verbs.Endpoint
-	for _, cfg := range cfgs {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		ep, err := verbs.Dial(ctx, mn.Addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: testproc.VerbsDevice(t)},
-			Control: tcpfab.Config{Name: "checker"}})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
+	for i, ep := range eps {
+		cfg := cfgs[i]
 		c := shiftlock.NewClient(ep, cfg)
-		ls, cs, eps = append(ls, c), append(cs, c), append(eps, ep)
+		ls, cs = append(ls, c), append(cs, c)
 	}
 	return ls, cs, eps
 }

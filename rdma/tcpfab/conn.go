@@ -303,10 +303,10 @@ func (rc *rpcConn) dispatch(h header, body []byte) error {
 }
 
 func decodeReply(c *call, h header, body []byte) error {
-	d := decoder{b: body}
+	d := newDecoder(body)
 	if h.Type == tError {
 		c.err = decodeError(&d)
-		return d.done()
+		return d.Done(trailing)
 	}
 	if h.Type != c.typ|replyBit {
 		return fmt.Errorf("reply type %#02x", h.Type)
@@ -341,7 +341,7 @@ func decodeReply(c *call, h header, body []byte) error {
 		c.body = append(c.body[:0], body...)
 		return nil
 	}
-	return d.done()
+	return d.Done(trailing)
 }
 
 // reply sends a frame that answers one the far end started (a probe).

@@ -6,51 +6,52 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/internal/wire"
 )
 
 // Control-path and Send bodies; see PROTOCOL.md. Decoders never trust a
 // count: they stop at the end of the body, so a lying count costs nothing.
 
 func appendJoinRequest(b []byte, r rdma.JoinRequest) []byte {
-	b = appendStr(b, r.Name)
-	return appendStr(b, r.Addr)
+	b = wire.AppendStr(b, r.Name)
+	return wire.AppendStr(b, r.Addr)
 }
 
 func decodeJoinRequest(p []byte) (rdma.JoinRequest, error) {
-	d := decoder{b: p}
-	r := rdma.JoinRequest{Name: d.str(), Addr: d.str()}
-	return r, d.done()
+	d := newDecoder(p)
+	r := rdma.JoinRequest{Name: d.Str(), Addr: d.Str()}
+	return r, d.Done(trailing)
 }
 
 func appendPeers(b []byte, ps []rdma.Peer) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(ps)))
 	for _, p := range ps {
 		b = binary.LittleEndian.AppendUint16(b, uint16(p.Node))
-		b = appendStr(b, p.Addr)
+		b = wire.AppendStr(b, p.Addr)
 	}
 	return b
 }
 
-func decodePeersFrom(d *decoder) []rdma.Peer {
-	n := d.u32()
+func decodePeersFrom(d *wire.Decoder) []rdma.Peer {
+	n := d.U32()
 	const minPeer = 4 // node + empty address
-	if d.err != nil || uint64(n)*minPeer > uint64(len(d.b)) {
-		if d.err == nil {
-			d.err = fmt.Errorf("%w: %d peers in %d bytes", rdma.ErrBadRequest, n, len(d.b))
+	if d.Err != nil || uint64(n)*minPeer > uint64(len(d.B)) {
+		if d.Err == nil {
+			d.Err = fmt.Errorf("%w: %d peers in %d bytes", rdma.ErrBadRequest, n, len(d.B))
 		}
 		return nil
 	}
 	ps := make([]rdma.Peer, 0, n)
-	for i := uint32(0); i < n && d.err == nil; i++ {
-		ps = append(ps, rdma.Peer{Node: rdma.NodeID(d.u16()), Addr: d.str()})
+	for i := uint32(0); i < n && d.Err == nil; i++ {
+		ps = append(ps, rdma.Peer{Node: rdma.NodeID(d.U16()), Addr: d.Str()})
 	}
 	return ps
 }
 
 func decodePeers(p []byte) ([]rdma.Peer, error) {
-	d := decoder{b: p}
+	d := newDecoder(p)
 	ps := decodePeersFrom(&d)
-	return ps, d.done()
+	return ps, d.Done(trailing)
 }
 
 func appendJoinReply(b []byte, r rdma.JoinReply) []byte {
@@ -60,7 +61,7 @@ func appendJoinReply(b []byte, r rdma.JoinReply) []byte {
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(l.Regions)))
 	for _, ri := range l.Regions {
 		b = binary.LittleEndian.AppendUint16(b, uint16(ri.ID))
-		b = appendStr(b, ri.Name)
+		b = wire.AppendStr(b, ri.Name)
 		b = binary.LittleEndian.AppendUint64(b, ri.Size)
 	}
 	b = binary.LittleEndian.AppendUint64(b, l.LockEntries)
@@ -77,35 +78,35 @@ func appendJoinReply(b []byte, r rdma.JoinReply) []byte {
 }
 
 func decodeJoinReply(p []byte) (rdma.JoinReply, error) {
-	d := decoder{b: p}
+	d := newDecoder(p)
 	var r rdma.JoinReply
-	r.Node = rdma.NodeID(d.u16())
-	r.Layout.Generation = d.u64()
-	n := int(d.u16())
+	r.Node = rdma.NodeID(d.U16())
+	r.Layout.Generation = d.U64()
+	n := int(d.U16())
 	const minRegion = 12
-	if n*minRegion > len(d.b) {
-		return rdma.JoinReply{}, fmt.Errorf("%w: %d regions in %d bytes", rdma.ErrBadRequest, n, len(d.b))
+	if n*minRegion > len(d.B) {
+		return rdma.JoinReply{}, fmt.Errorf("%w: %d regions in %d bytes", rdma.ErrBadRequest, n, len(d.B))
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		r.Layout.Regions = append(r.Layout.Regions, rdma.RegionInfo{ID: rdma.RegionID(d.u16()), Name: d.str(), Size: d.u64()})
+	for i := 0; i < n && d.Err == nil; i++ {
+		r.Layout.Regions = append(r.Layout.Regions, rdma.RegionInfo{ID: rdma.RegionID(d.U16()), Name: d.Str(), Size: d.U64()})
 	}
-	r.Layout.LockEntries = d.u64()
-	r.Layout.EraCount = d.u64()
-	r.Layout.HeartbeatInterval = time.Duration(d.u64())
-	r.Layout.DeadAfter = time.Duration(d.u64())
-	r.Layout.MaxLease = time.Duration(d.u64())
-	switch d.u8() {
+	r.Layout.LockEntries = d.U64()
+	r.Layout.EraCount = d.U64()
+	r.Layout.HeartbeatInterval = time.Duration(d.U64())
+	r.Layout.DeadAfter = time.Duration(d.U64())
+	r.Layout.MaxLease = time.Duration(d.U64())
+	switch d.U8() {
 	case 0:
 	case 1:
 		r.Layout.Persistent = true
 	default:
 		// Only 0 and 1 are encodings; anything else is a corrupt reply.
-		if d.err == nil {
-			d.err = fmt.Errorf("%w: persistent flag out of range", rdma.ErrBadRequest)
+		if d.Err == nil {
+			d.Err = fmt.Errorf("%w: persistent flag out of range", rdma.ErrBadRequest)
 		}
 	}
 	r.Peers = decodePeersFrom(&d)
-	if err := d.done(); err != nil {
+	if err := d.Done(trailing); err != nil {
 		return rdma.JoinReply{}, err
 	}
 	return r, nil
@@ -118,22 +119,22 @@ func appendRecoverRequest(b []byte, r rdma.RecoverRequest) []byte {
 }
 
 func decodeRecoverRequest(p []byte) (rdma.RecoverRequest, error) {
-	d := decoder{b: p}
-	r := rdma.RecoverRequest{Entry: d.u64(), Era: d.u64(), Suspect: rdma.NodeID(d.u16())}
-	return r, d.done()
+	d := newDecoder(p)
+	r := rdma.RecoverRequest{Entry: d.U64(), Era: d.U64(), Suspect: rdma.NodeID(d.U16())}
+	return r, d.Done(trailing)
 }
 
 func appendRecoverReply(b []byte, r rdma.RecoverReply) []byte {
 	b = append(b, uint8(r.Status))
 	b = binary.LittleEndian.AppendUint64(b, r.Era)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.RetryAfter))
-	return appendStr(b, r.Reason)
+	return wire.AppendStr(b, r.Reason)
 }
 
 func decodeRecoverReply(p []byte) (rdma.RecoverReply, error) {
-	d := decoder{b: p}
-	r := rdma.RecoverReply{Status: rdma.RecoverStatus(d.u8()), Era: d.u64(), RetryAfter: time.Duration(d.u64()), Reason: d.str()}
-	return r, d.done()
+	d := newDecoder(p)
+	r := rdma.RecoverReply{Status: rdma.RecoverStatus(d.U8()), Era: d.U64(), RetryAfter: time.Duration(d.U64()), Reason: d.Str()}
+	return r, d.Done(trailing)
 }
 
 func appendRangeRequest(b []byte, r rdma.RangeRequest) []byte {
@@ -143,24 +144,24 @@ func appendRangeRequest(b []byte, r rdma.RangeRequest) []byte {
 }
 
 func decodeRangeRequest(p []byte) (rdma.RangeRequest, error) {
-	d := decoder{b: p}
-	r := rdma.RangeRequest{Op: rdma.RangeOp(d.u8())}
-	copy(r.Name[:], d.take(rdma.RangeNameSize))
-	r.Tree = d.u64()
-	return r, d.done()
+	d := newDecoder(p)
+	r := rdma.RangeRequest{Op: rdma.RangeOp(d.U8())}
+	copy(r.Name[:], d.Take(rdma.RangeNameSize))
+	r.Tree = d.U64()
+	return r, d.Done(trailing)
 }
 
 func appendRangeReply(b []byte, r rdma.RangeReply) []byte {
 	b = append(b, uint8(r.Status))
 	b = binary.LittleEndian.AppendUint64(b, r.Tree)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.RetryAfter))
-	return appendStr(b, r.Reason)
+	return wire.AppendStr(b, r.Reason)
 }
 
 func decodeRangeReply(p []byte) (rdma.RangeReply, error) {
-	d := decoder{b: p}
-	r := rdma.RangeReply{Status: rdma.RangeStatus(d.u8()), Tree: d.u64(), RetryAfter: time.Duration(d.u64()), Reason: d.str()}
-	if err := d.done(); err != nil {
+	d := newDecoder(p)
+	r := rdma.RangeReply{Status: rdma.RangeStatus(d.U8()), Tree: d.U64(), RetryAfter: time.Duration(d.U64()), Reason: d.Str()}
+	if err := d.Done(trailing); err != nil {
 		return rdma.RangeReply{}, err
 	}
 	if r.Status < rdma.RangeOK || r.Status > rdma.RangeBusy {
@@ -181,12 +182,12 @@ func appendSend(b []byte, from, to rdma.NodeID, t rdma.Target, p *rdma.Payload) 
 }
 
 func decodeSend(p []byte) (from, to rdma.NodeID, m rdma.Message, err error) {
-	d := decoder{b: p}
-	from = rdma.NodeID(d.u16())
-	to = rdma.NodeID(d.u16())
-	t := d.u32()
-	copy(m.Payload[:], d.take(rdma.PayloadSize))
-	if err := d.done(); err != nil {
+	d := newDecoder(p)
+	from = rdma.NodeID(d.U16())
+	to = rdma.NodeID(d.U16())
+	t := d.U32()
+	copy(m.Payload[:], d.Take(rdma.PayloadSize))
+	if err := d.Done(trailing); err != nil {
 		return 0, 0, rdma.Message{}, err
 	}
 	if t > uint32(rdma.MaxTarget) {
@@ -219,13 +220,13 @@ func appendSendAck(b []byte, delivered bool, err error) []byte {
 }
 
 func decodeSendAck(p []byte) (delivered bool, sendErr, err error) {
-	d := decoder{b: p}
-	f := d.u8()
+	d := newDecoder(p)
+	f := d.U8()
 	if f&^(ackDelivered|ackErr) != 0 {
 		return false, nil, fmt.Errorf("%w: ack flags %#x", rdma.ErrBadRequest, f)
 	}
 	if f&ackErr != 0 {
 		sendErr = decodeError(&d)
 	}
-	return f&ackDelivered != 0, sendErr, d.done()
+	return f&ackDelivered != 0, sendErr, d.Done(trailing)
 }

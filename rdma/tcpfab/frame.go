@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/internal/wire"
 )
 
 // Frame header layout; see PROTOCOL.md.
@@ -255,11 +256,11 @@ func appendError(b []byte, err error, limit int) []byte {
 	return append(b, msg...)
 }
 
-func decodeError(d *decoder) error {
-	mask := d.u16()
-	msg := d.str()
-	if d.err != nil {
-		return d.err
+func decodeError(d *wire.Decoder) error {
+	mask := d.U16()
+	msg := d.Str()
+	if d.Err != nil {
+		return d.Err
 	}
 	if msg == "" {
 		// The sender trimmed the text to fit its reply budget; the sentinels
@@ -275,86 +276,12 @@ func decodeError(d *decoder) error {
 	return &remoteError{mask: mask, msg: msg}
 }
 
-// decoder reads little-endian fields from a body. The first short read sets
-// err and makes every later read return zero, so decoding code checks once.
-type decoder struct {
-	b   []byte
-	err error
-}
+// newDecoder reads a frame body (wire.Decoder); a short read is a bad
+// request.
+func newDecoder(body []byte) wire.Decoder { return wire.Decoder{B: body, Short: errShort} }
 
 var errShort = fmt.Errorf("%w: truncated body", rdma.ErrBadRequest)
 
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.err = errShort
-		d.b = nil
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) u8() uint8 {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if p := d.take(2); p != nil {
-		return binary.LittleEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *decoder) u128() rdma.U128 {
-	if p := d.take(16); p != nil {
-		return rdma.U128From(p)
-	}
-	return rdma.U128{}
-}
-
-func (d *decoder) str() string {
-	n := d.u16()
-	return string(d.take(int(n)))
-}
-
-// done fails if bytes are left over: a body must be exactly its contents.
-func (d *decoder) done() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", rdma.ErrBadRequest, len(d.b))
-	}
-	return d.err
-}
-
-func appendU128(b []byte, v rdma.U128) []byte {
-	b = binary.LittleEndian.AppendUint64(b, v.Lo)
-	return binary.LittleEndian.AppendUint64(b, v.Hi)
-}
-
-func appendStr(b []byte, s string) []byte {
-	if len(s) > maxString {
-		s = s[:maxString]
-	}
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
-	return append(b, s...)
-}
+// trailing fails a body with bytes left over: a body must be exactly its
+// contents.
+func trailing(n int) error { return fmt.Errorf("%w: %d trailing bytes", rdma.ErrBadRequest, n) }

@@ -69,12 +69,12 @@ func checkOps(t *testing.T, h header, body []byte) {
 	if int(h.Count)*minOpSize > len(body) {
 		return // the server refuses these before decoding
 	}
-	d := decoder{b: body}
+	d := newDecoder(body)
 	ops := make([]wireOp, h.Count)
 	for i := range ops {
 		decodeOp(&d, &ops[i])
 	}
-	if d.done() != nil {
+	if d.Done(trailing) != nil {
 		return
 	}
 	var again []byte
@@ -96,14 +96,14 @@ func checkOps(t *testing.T, h header, body []byte) {
 // checkResults decodes body as results of a plausible batch; it must not
 // panic whatever the bytes.
 func checkResults(body []byte) {
-	d := decoder{b: body}
+	d := newDecoder(body)
 	for _, op := range sampleOps() {
 		op.Buf = make([]byte, len(op.Buf))
 		if decodeOpResult(&d, &op) != nil {
 			return
 		}
 	}
-	_ = d.done()
+	_ = d.Done(trailing)
 }
 
 func TestOpsRoundTrip(t *testing.T) {
@@ -112,12 +112,12 @@ func TestOpsRoundTrip(t *testing.T) {
 	for i := range ops {
 		body = appendOp(body, &ops[i])
 	}
-	d := decoder{b: body}
+	d := newDecoder(body)
 	for i := range ops {
 		var w wireOp
 		decodeOp(&d, &w)
-		if d.err != nil {
-			t.Fatal(d.err)
+		if d.Err != nil {
+			t.Fatal(d.Err)
 		}
 		want := ops[i]
 		if want.Verb == rdma.VerbRead {
@@ -130,7 +130,7 @@ func TestOpsRoundTrip(t *testing.T) {
 			t.Fatalf("op %d: got %+v, want %+v", i, w.Op, want)
 		}
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(trailing); err != nil {
 		t.Fatal(err)
 	}
 	// Replies: every result and a per-op error decode to what was sent.
@@ -143,7 +143,7 @@ func TestOpsRoundTrip(t *testing.T) {
 		}
 		rep = appendOpResult(rep, &op, 1024)
 	}
-	d = decoder{b: rep}
+	d = newDecoder(rep)
 	for i := range ops {
 		op := ops[i]
 		op.Buf = make([]byte, len(op.Buf))
@@ -164,7 +164,7 @@ func TestOpsRoundTrip(t *testing.T) {
 			t.Fatalf("op %d old %v", i, op.Old)
 		}
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(trailing); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -31,7 +31,7 @@ func rawJoinFrom(t *testing.T, addr, local string) (rdma.JoinReply, error) {
 	case tJoinReply:
 		return decodeJoinReply(body)
 	case tError:
-		d := decoder{b: body}
+		d := newDecoder(body)
 		return rdma.JoinReply{}, decodeError(&d)
 	}
 	t.Fatalf("join answered with frame type %#x", h.Type)

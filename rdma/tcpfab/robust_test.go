@@ -58,7 +58,7 @@ func (r *rawConn) expectError(id uint32, want error) {
 	if h.Type != tError || h.ID != id {
 		r.t.Fatalf("got frame type %#x id %d, want an error for %d", h.Type, h.ID, id)
 	}
-	d := decoder{b: body}
+	d := newDecoder(body)
 	if err := decodeError(&d); !errors.Is(err, want) {
 		r.t.Fatalf("error %v, want %v", err, want)
 	}
@@ -178,8 +178,8 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("case %d: reply type %#x id %d count %d", i, h.Type, h.ID, h.Count)
 			}
 			op := tc.op
-			d := decoder{b: body}
-			if err := decodeOpResult(&d, &op); err != nil || d.done() != nil {
+			d := newDecoder(body)
+			if err := decodeOpResult(&d, &op); err != nil || d.Done(trailing) != nil {
 				t.Fatalf("case %d: reply does not decode: %v", i, err)
 			}
 			if !errors.Is(op.Err, tc.want) {
@@ -190,7 +190,7 @@ func TestBadInput(t *testing.T) {
 		r.send(verbFrame(200, rdma.Op{Verb: rdma.VerbFAA, Addr: rep.Layout.EntryAddr(entry), Value: rdma.U64(1)}))
 		h, body := r.recv()
 		op := rdma.Op{Verb: rdma.VerbFAA}
-		d := decoder{b: body}
+		d := newDecoder(body)
 		if h.Type != tVerbReply || decodeOpResult(&d, &op) != nil || op.Err != nil || op.Old.Lo != n {
 			t.Fatalf("verb after bad requests: type %#x old %d err %v", h.Type, op.Old.Lo, op.Err)
 		}

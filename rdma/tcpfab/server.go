@@ -447,9 +447,9 @@ func (sc *sconn) handle(h header, body []byte) {
 			_ = sc.s.flush()
 		}()
 	case tProbeReply:
-		d := decoder{b: body}
-		hold := rdma.Hold(d.u8())
-		if d.done() != nil || hold > rdma.HoldActive {
+		d := newDecoder(body)
+		hold := rdma.Hold(d.U8())
+		if d.Done(trailing) != nil || hold > rdma.HoldActive {
 			hold = rdma.HoldActive // the safe answer
 		}
 		sc.pmu.Lock()
@@ -506,13 +506,13 @@ func (sc *sconn) verbs(h header, body []byte) {
 		sc.ops = make([]wireOp, n)
 	}
 	ops := sc.ops[:n]
-	d := decoder{b: body}
+	d := newDecoder(body)
 	reserve := 0
 	for i := range ops {
 		decodeOp(&d, &ops[i])
 		reserve += opReplyReserve(ops[i].Verb, ops[i].Wide, ops[i].readLen)
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(trailing); err != nil {
 		sc.replyErr(h.ID, err)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/internal/wire"
 )
 
 // The messages of the verbs fabric. None of them needs cgo, so that they
@@ -128,82 +129,17 @@ func appendQP(b []byte, q QPInfo) []byte {
 	return append(b, q.GID[:]...)
 }
 
-// decoder reads a message; the first failure sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
+// newDecoder reads a message (wire.Decoder).
+func newDecoder(p []byte) wire.Decoder { return wire.Decoder{B: p, Short: errShort} }
 
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || len(d.b) < n {
-		d.err = errShort
-		d.b = nil
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) u8() uint8 {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if p := d.take(2); p != nil {
-		return binary.LittleEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *decoder) u128() rdma.U128 { return rdma.U128{Lo: d.u64(), Hi: d.u64()} }
-
-func (d *decoder) qp() QPInfo {
-	q := QPInfo{QPN: d.u32(), PSN: d.u32()}
-	copy(q.GID[:], d.take(16))
+func decodeQP(d *wire.Decoder) QPInfo {
+	q := QPInfo{QPN: d.U32(), PSN: d.U32()}
+	copy(q.GID[:], d.Take(16))
 	return q
 }
 
-func (d *decoder) str() string { return string(d.take(int(d.u16()))) }
-
-// done fails on a decoding error or on trailing bytes.
-func (d *decoder) done() error {
-	if d.err != nil {
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("verbs: %d trailing bytes", len(d.b))
-	}
-	return nil
-}
-
-func appendStr(b []byte, s string) []byte {
-	if len(s) > 1<<16-1 {
-		s = s[:1<<16-1]
-	}
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
-	return append(b, s...)
-}
+// trailing fails a message with bytes left over.
+func trailing(n int) error { return fmt.Errorf("verbs: %d trailing bytes", n) }
 
 // Encode appends the request's wire form.
 func (r AttachRequest) Encode(b []byte) []byte {
@@ -213,12 +149,12 @@ func (r AttachRequest) Encode(b []byte) []byte {
 
 // DecodeAttachRequest parses an AttachRequest.
 func DecodeAttachRequest(p []byte) (AttachRequest, error) {
-	d := decoder{b: p}
-	if v := d.u8(); d.err == nil && v != wireVersion {
+	d := newDecoder(p)
+	if v := d.U8(); d.Err == nil && v != wireVersion {
 		return AttachRequest{}, fmt.Errorf("%w: verbs attach version %d, this memory node speaks %d", rdma.ErrBadRequest, v, wireVersion)
 	}
-	r := AttachRequest{QP: d.qp()}
-	if err := d.done(); err != nil {
+	r := AttachRequest{QP: decodeQP(&d)}
+	if err := d.Done(trailing); err != nil {
 		return AttachRequest{}, fmt.Errorf("%w: attach request: %v", rdma.ErrBadRequest, err)
 	}
 	return r, nil
@@ -230,7 +166,7 @@ func (r AttachReply) Encode(b []byte) []byte {
 	b = appendQP(b, r.QP)
 	b = binary.LittleEndian.AppendUint16(b, r.Credits)
 	b = append(b, byte(r.Mode))
-	b = appendStr(b, r.Device)
+	b = wire.AppendStr(b, r.Device)
 	b = append(b, byte(len(r.Regions)))
 	for _, m := range r.Regions {
 		b = binary.LittleEndian.AppendUint16(b, uint16(m.ID))
@@ -244,20 +180,20 @@ func (r AttachReply) Encode(b []byte) []byte {
 
 // DecodeAttachReply parses an AttachReply.
 func DecodeAttachReply(p []byte) (AttachReply, error) {
-	d := decoder{b: p}
-	if v := d.u8(); d.err == nil && v != wireVersion {
+	d := newDecoder(p)
+	if v := d.U8(); d.Err == nil && v != wireVersion {
 		return AttachReply{}, fmt.Errorf("verbs attach reply version %d, want %d", v, wireVersion)
 	}
-	r := AttachReply{QP: d.qp(), Credits: d.u16(), Mode: LockTableMode(d.u8()), Device: d.str()}
-	n := int(d.u8())
-	for i := 0; i < n && d.err == nil; i++ {
-		m := RegionMap{ID: rdma.RegionID(d.u16()), Mech: Mechanism(d.u8()), Rights: d.u8(), Addr: d.u64(), RKey: d.u32(), Size: d.u64()}
+	r := AttachReply{QP: decodeQP(&d), Credits: d.U16(), Mode: LockTableMode(d.U8()), Device: d.Str()}
+	n := int(d.U8())
+	for i := 0; i < n && d.Err == nil; i++ {
+		m := RegionMap{ID: rdma.RegionID(d.U16()), Mech: Mechanism(d.U8()), Rights: d.U8(), Addr: d.U64(), RKey: d.U32(), Size: d.U64()}
 		if m.Mech > OneSided {
 			return AttachReply{}, fmt.Errorf("verbs attach reply: region %d has unknown mechanism %d", m.ID, m.Mech)
 		}
 		r.Regions = append(r.Regions, m)
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(trailing); err != nil {
 		return AttachReply{}, fmt.Errorf("verbs attach reply: %v", err)
 	}
 	if r.Credits == 0 {
@@ -307,10 +243,10 @@ func (e *wireError) Is(target error) bool {
 	return false
 }
 
-func (d *decoder) err_() error {
-	mask := d.u16()
-	text := string(d.take(int(d.u8())))
-	if d.err != nil {
+func decodeErr(d *wire.Decoder) error {
+	mask := d.U16()
+	text := string(d.Take(int(d.U8())))
+	if d.Err != nil {
 		return nil
 	}
 	if mask == 0 && text == "" {
@@ -321,11 +257,11 @@ func (d *decoder) err_() error {
 
 // Sizes of the parts of a CPU request and reply.
 const (
-	opFixed     = 12 // verb, flags, region, offset
+	opFixed     = wire.OpFixed // verb, flags, region, offset
 	errReserve  = 3 + maxErrText
-	flagWide    = 1
-	statusOK    = 0
-	statusError = 1
+	flagWide    = wire.FlagWide
+	statusOK    = wire.StatusOK
+	statusError = wire.StatusErr
 )
 
 func operandSize(wide bool) int {
@@ -363,21 +299,6 @@ func opReplySize(op *rdma.Op) int {
 	return max(n, 1+errReserve)
 }
 
-func appendU128(b []byte, v rdma.U128, wide bool) []byte {
-	b = binary.LittleEndian.AppendUint64(b, v.Lo)
-	if wide {
-		b = binary.LittleEndian.AppendUint64(b, v.Hi)
-	}
-	return b
-}
-
-func (d *decoder) operand(wide bool) rdma.U128 {
-	if wide {
-		return d.u128()
-	}
-	return rdma.U64(d.u64())
-}
-
 // appendRequest appends a CPU request carrying ops (every one a memory verb).
 func appendRequest(b []byte, id uint32, ops []rdma.Op) []byte {
 	b = append(b, msgMagic, typeRequest)
@@ -389,24 +310,7 @@ func appendRequest(b []byte, id uint32, ops []rdma.Op) []byte {
 		if op.Wide {
 			flags |= flagWide
 		}
-		b = append(b, byte(op.Verb), flags)
-		b = binary.LittleEndian.AppendUint16(b, uint16(op.Addr.Region))
-		b = binary.LittleEndian.AppendUint64(b, op.Addr.Offset)
-		switch op.Verb {
-		case rdma.VerbRead:
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(op.Buf)))
-		case rdma.VerbWrite:
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(op.Buf)))
-			b = append(b, op.Buf...)
-		case rdma.VerbCAS, rdma.VerbMaskedCAS:
-			b = appendU128(b, op.Compare, op.Wide)
-			b = appendU128(b, op.CompareMask, op.Wide)
-			b = appendU128(b, op.Value, op.Wide)
-			b = appendU128(b, op.Mask, op.Wide)
-		case rdma.VerbFAA, rdma.VerbMaskedFAA:
-			b = appendU128(b, op.Value, op.Wide)
-			b = appendU128(b, op.Mask, op.Wide)
-		}
+		b = wire.AppendOp(b, op, flags)
 	}
 	return b
 }
@@ -422,8 +326,8 @@ type Request struct {
 // DecodeRequest parses a CPU request into r, reusing r.Ops. A Read's Buf
 // is nil with ReadLen holding its length, in readLens.
 func DecodeRequest(p []byte, r *Request, readLens *[]int) error {
-	d := decoder{b: p}
-	hdr := d.take(msgHeader)
+	d := newDecoder(p)
+	hdr := d.Take(msgHeader)
 	if hdr == nil {
 		return fmt.Errorf("%w: %v", rdma.ErrBadRequest, errShort)
 	}
@@ -432,38 +336,22 @@ func DecodeRequest(p []byte, r *Request, readLens *[]int) error {
 	}
 	n := int(binary.LittleEndian.Uint16(hdr[2:]))
 	r.ID = binary.LittleEndian.Uint32(hdr[4:])
-	if n*opFixed > len(d.b) {
-		return fmt.Errorf("%w: %d verbs in %d bytes", rdma.ErrBadRequest, n, len(d.b))
+	if n*opFixed > len(d.B) {
+		return fmt.Errorf("%w: %d verbs in %d bytes", rdma.ErrBadRequest, n, len(d.B))
 	}
 	r.Ops = r.Ops[:0]
 	*readLens = (*readLens)[:0]
 	for i := 0; i < n; i++ {
 		var op rdma.Op
-		op.Verb = rdma.Verb(d.u8())
-		flags := d.u8()
-		op.Addr.Region = rdma.RegionID(d.u16())
-		op.Addr.Offset = d.u64()
+		flags := wire.DecodeOpHeader(&d, &op)
 		if flags&^flagWide != 0 {
 			return fmt.Errorf("%w: verb %d has flags %#x", rdma.ErrBadRequest, i, flags)
 		}
 		op.Wide = flags&flagWide != 0
-		readLen := 0
-		switch op.Verb {
-		case rdma.VerbRead:
-			readLen = int(d.u32())
-		case rdma.VerbWrite:
-			op.Buf = d.take(int(d.u32()))
-		case rdma.VerbCAS, rdma.VerbMaskedCAS:
-			op.Compare = d.operand(op.Wide)
-			op.CompareMask = d.operand(op.Wide)
-			op.Value = d.operand(op.Wide)
-			op.Mask = d.operand(op.Wide)
-		case rdma.VerbFAA, rdma.VerbMaskedFAA:
-			op.Value = d.operand(op.Wide)
-			op.Mask = d.operand(op.Wide)
-		default:
+		if opRequestSize(&op) < 0 {
 			return fmt.Errorf("%w: verb %d is %v, not a memory verb", rdma.ErrBadRequest, i, op.Verb)
 		}
+		readLen := int(wire.DecodeOperands(&d, &op))
 		if op.Wide && (op.Verb == rdma.VerbRead || op.Verb == rdma.VerbWrite) {
 			return fmt.Errorf("%w: verb %d: the 16-byte flag is for atomics", rdma.ErrBadRequest, i)
 		}
@@ -473,7 +361,7 @@ func DecodeRequest(p []byte, r *Request, readLens *[]int) error {
 		r.Ops = append(r.Ops, op)
 		*readLens = append(*readLens, readLen)
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(trailing); err != nil {
 		return fmt.Errorf("%w: %v", rdma.ErrBadRequest, err)
 	}
 	return nil
@@ -502,15 +390,7 @@ func appendResult(b []byte, op *rdma.Op) []byte {
 		b = append(b, statusError)
 		return appendErr(b, op.Err)
 	}
-	b = append(b, statusOK)
-	switch op.Verb {
-	case rdma.VerbRead:
-		return append(b, op.Buf...)
-	case rdma.VerbWrite:
-		return b
-	default:
-		return appendU128(b, op.Old, op.Wide)
-	}
+	return wire.AppendResult(b, op)
 }
 
 // appendRequestError answers request id with one error for all of it.
@@ -537,15 +417,15 @@ func replyID(p []byte) (uint32, error) {
 // It returns the request's error if the memory node failed it as a whole,
 // and a decoding error if p does not answer ops.
 func decodeReply(p []byte, ops []rdma.Op) (reqErr, err error) {
-	d := decoder{b: p}
-	hdr := d.take(msgHeader)
+	d := newDecoder(p)
+	hdr := d.Take(msgHeader)
 	if hdr == nil || hdr[0] != msgMagic {
 		return nil, errMagic
 	}
 	switch hdr[1] {
 	case typeError:
-		reqErr = d.err_()
-		if err := d.done(); err != nil {
+		reqErr = decodeErr(&d)
+		if err := d.Done(trailing); err != nil {
 			return nil, err
 		}
 		return reqErr, nil
@@ -558,26 +438,20 @@ func decodeReply(p []byte, ops []rdma.Op) (reqErr, err error) {
 	}
 	for i := range ops {
 		op := &ops[i]
-		switch d.u8() {
+		switch d.U8() {
 		case statusOK:
 			op.Err = nil
-			switch op.Verb {
-			case rdma.VerbRead:
-				copy(op.Buf, d.take(len(op.Buf)))
-			case rdma.VerbWrite:
-			default:
-				op.Old = d.operand(op.Wide)
-			}
+			wire.DecodeResult(&d, op)
 		case statusError:
-			op.Err = d.err_()
+			op.Err = decodeErr(&d)
 		default:
 			return nil, fmt.Errorf("verbs: result %d has a bad status", i)
 		}
-		if d.err != nil {
-			return nil, d.err
+		if d.Err != nil {
+			return nil, d.Err
 		}
 	}
-	return nil, d.done()
+	return nil, d.Done(trailing)
 }
 
 // PeerData is a Send between members.
@@ -628,15 +502,15 @@ func (m *PeerAck) encode(b []byte) []byte {
 // decodePeer parses a message on a queue pair between members: exactly
 // one of the results is non-nil on success.
 func decodePeer(p []byte) (*PeerData, *PeerAck, error) {
-	d := decoder{b: p}
-	if d.u8() != msgMagic {
+	d := newDecoder(p)
+	if d.U8() != msgMagic {
 		return nil, nil, errMagic
 	}
-	switch d.u8() {
+	switch d.U8() {
 	case typeData:
-		m := &PeerData{Seq: d.u32(), From: rdma.NodeID(d.u16()), To: rdma.NodeID(d.u16()), Target: rdma.Target(d.u32())}
-		copy(m.Payload[:], d.take(rdma.PayloadSize))
-		if err := d.done(); err != nil {
+		m := &PeerData{Seq: d.U32(), From: rdma.NodeID(d.U16()), To: rdma.NodeID(d.U16()), Target: rdma.Target(d.U32())}
+		copy(m.Payload[:], d.Take(rdma.PayloadSize))
+		if err := d.Done(trailing); err != nil {
 			return nil, nil, err
 		}
 		if m.Target > rdma.MaxTarget {
@@ -644,16 +518,16 @@ func decodePeer(p []byte) (*PeerData, *PeerAck, error) {
 		}
 		return m, nil, nil
 	case typeAck:
-		m := &PeerAck{Seq: d.u32()}
-		flags := d.u8()
+		m := &PeerAck{Seq: d.U32()}
+		flags := d.U8()
 		m.Delivered = flags&1 != 0
 		if flags&2 != 0 {
-			m.Err = d.err_()
+			m.Err = decodeErr(&d)
 		}
 		if flags&^3 != 0 {
 			return nil, nil, fmt.Errorf("verbs: ack flags %#x", flags)
 		}
-		if err := d.done(); err != nil {
+		if err := d.Done(trailing); err != nil {
 			return nil, nil, err
 		}
 		return nil, m, nil

@@ -3,7 +3,6 @@
 package baseline_test
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/bench/shiftlock/baseline"
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc/verbsproc"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/rdma/verbs"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock/locktest"
@@ -23,20 +22,7 @@ import (
 // pairs, its lock table in the given mode (verbs-lock-table).
 func verbsEndpoints(t *testing.T, n int, mode string, entries int) []*verbs.Endpoint {
 	t.Helper()
-	mn := testproc.VerbsMemnode(t, "-entries", fmt.Sprint(entries), "-dead-after", "10m", "-verbs-lock-table", mode)
-	var eps []*verbs.Endpoint
-	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		ep, err := verbs.Dial(ctx, mn.Addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: testproc.VerbsDevice(t)},
-			Control: tcpfab.Config{Name: "baseline"}})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
-		eps = append(eps, ep)
-	}
-	return eps
+	return verbsproc.Join(t, n, "baseline", "-entries", fmt.Sprint(entries), "-dead-after", "10m", "-verbs-lock-table", mode)
 }
 
 // TestVerbsBaselines runs the CAS, DSLR and MCS baselines under the checker

@@ -1,18 +1,23 @@
-package resp
+// Package wire is the RESP wire format the proxy speaks: the reply type a
+// script returns, the one encoder every reply goes through, and the framing
+// guard that checks a client's bytes before anything parses them. It knows
+// nothing of commands or locks, so that the scripts (resp/scripts) and the
+// server (resp) share one encoding without importing each other.
+package wire
 
 import (
 	"errors"
 	"fmt"
 )
 
-// guard validates the RESP framing of a client's byte stream before redcon
+// Guard validates the RESP framing of a client's byte stream before redcon
 // parses it. redcon trusts the counts it reads: a multibulk count of 3e9 in
 // a few bytes makes it loop over the count on every read, burning seconds
 // of CPU per packet. The guard follows the framing incrementally, byte by
 // byte, and rejects counts and lengths beyond the server's limits, and
 // anything that is not RESP or an inline command, before the parser sees
 // them. A multibulk count of zero or less is skipped, as Redis skips it.
-type guard struct {
+type Guard struct {
 	maxArgs int64
 	maxBulk int64
 	maxLine int
@@ -37,20 +42,32 @@ const (
 	gInline                 // an inline command, up to '\n'
 )
 
-var errFraming = errors.New("protocol error")
+// ErrFraming wraps every framing error the guard finds; the connection
+// cannot be resynchronised after one and is closed.
+var ErrFraming = errors.New("protocol error")
 
-// maxInline caps an inline command, as Redis's PROTO_INLINE_MAX_SIZE does,
+// MaxInline caps an inline command, as Redis's PROTO_INLINE_MAX_SIZE does,
 // with its error. Multibulk commands may be larger (MaxCommandBytes).
-const maxInline = 64 << 10
+const MaxInline = 64 << 10
 
-const errInlineTooBig = protocolError("too big inline request")
+// ErrInlineTooBig is Redis's error for an inline command over MaxInline.
+const ErrInlineTooBig = ProtocolError("too big inline request")
 
-func newGuard(maxArgs int64, maxBulk int64, maxLine int) *guard {
-	return &guard{maxArgs: maxArgs, maxBulk: maxBulk, maxLine: maxLine}
+// ProtocolError is a malformed request, worded as Redis words it
+// ("Protocol error: ..."); the connection is closed after the reply.
+type ProtocolError string
+
+func (e ProtocolError) Error() string { return "Protocol error: " + string(e) }
+
+// NewGuard is a guard that allows at most maxArgs arguments per multibulk
+// command, bulks of at most maxBulk bytes and inline lines of at most
+// maxLine bytes.
+func NewGuard(maxArgs int64, maxBulk int64, maxLine int) *Guard {
+	return &Guard{maxArgs: maxArgs, maxBulk: maxBulk, maxLine: maxLine}
 }
 
-// feed checks p, continuing from where the previous call stopped.
-func (g *guard) feed(p []byte) error {
+// Feed checks p, continuing from where the previous call stopped.
+func (g *Guard) Feed(p []byte) error {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		switch g.state {
@@ -59,7 +76,7 @@ func (g *guard) feed(p []byte) error {
 			case '*':
 				if n, used, ok := lineNumber(p[i+1:]); ok {
 					if n > g.maxArgs {
-						return fmt.Errorf("%w: %d arguments (limit %d)", errFraming, n, g.maxArgs)
+						return fmt.Errorf("%w: %d arguments (limit %d)", ErrFraming, n, g.maxArgs)
 					}
 					if n > 0 {
 						g.args, g.state = n, gBulkHdr
@@ -79,7 +96,7 @@ func (g *guard) feed(p []byte) error {
 				continue
 			}
 			if g.lineLen++; g.lineLen > g.maxLine {
-				return errInlineTooBig
+				return ErrInlineTooBig
 			}
 		case gCount, gBulkLen:
 			if err := g.number(c); err != nil {
@@ -96,7 +113,7 @@ func (g *guard) feed(p []byte) error {
 			if g.state == gCount {
 				switch {
 				case n > g.maxArgs:
-					return fmt.Errorf("%w: %d arguments (limit %d)", errFraming, n, g.maxArgs)
+					return fmt.Errorf("%w: %d arguments (limit %d)", ErrFraming, n, g.maxArgs)
 				case n <= 0:
 					g.state = gStart // "*0", "*-1": Redis skips them
 				default:
@@ -105,16 +122,16 @@ func (g *guard) feed(p []byte) error {
 				continue
 			}
 			if n < 0 || n > g.maxBulk {
-				return fmt.Errorf("%w: bulk of %d bytes (limit %d)", errFraming, n, g.maxBulk)
+				return fmt.Errorf("%w: bulk of %d bytes (limit %d)", ErrFraming, n, g.maxBulk)
 			}
 			g.skip, g.state = n+2, gBulkBody
 		case gBulkHdr:
 			if c != '$' {
-				return fmt.Errorf("%w: expected '$', got %q", errFraming, c)
+				return fmt.Errorf("%w: expected '$', got %q", ErrFraming, c)
 			}
 			if n, used, ok := lineNumber(p[i+1:]); ok {
 				if n > g.maxBulk {
-					return fmt.Errorf("%w: bulk of %d bytes (limit %d)", errFraming, n, g.maxBulk)
+					return fmt.Errorf("%w: bulk of %d bytes (limit %d)", ErrFraming, n, g.maxBulk)
 				}
 				g.skip, g.state = n+2, gBulkBody
 				i += used
@@ -157,26 +174,26 @@ func lineNumber(p []byte) (n int64, used int, ok bool) {
 
 // number accumulates the digits of a count or length line; sawCR marks the
 // CR that must come before its LF.
-func (g *guard) number(c byte) error {
+func (g *Guard) number(c byte) error {
 	switch {
 	case g.sawCR:
 		if c != '\n' {
-			return fmt.Errorf("%w: expected LF after CR", errFraming)
+			return fmt.Errorf("%w: expected LF after CR", ErrFraming)
 		}
 	case c == '\r':
 		if g.digits == 0 {
-			return fmt.Errorf("%w: empty number", errFraming)
+			return fmt.Errorf("%w: empty number", ErrFraming)
 		}
 		g.sawCR = true
 	case c == '-' && g.digits == 0 && !g.neg:
 		g.neg = true
 	case c >= '0' && c <= '9':
 		if g.digits++; g.digits > 18 {
-			return fmt.Errorf("%w: number too long", errFraming)
+			return fmt.Errorf("%w: number too long", ErrFraming)
 		}
 		g.num = g.num*10 + int64(c-'0')
 	default:
-		return fmt.Errorf("%w: bad character %q in a number", errFraming, c)
+		return fmt.Errorf("%w: bad character %q in a number", ErrFraming, c)
 	}
 	return nil
 }
