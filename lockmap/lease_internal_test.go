@@ -104,18 +104,7 @@ func TestSavedHorizonAlwaysCoversTheGrants(t *testing.T) {
 // lowered its saved horizon, must have the long one confirmed again before
 // it relies on it: the old confirmation no longer holds the saved horizon up.
 func TestConfirmationIsNotReusedAfterTheHorizonFell(t *testing.T) {
-	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLease(ep)
-	t.Cleanup(ls.Stop)
+	cfg, ls := leaseOnDisk(t)
 	ls.headHold = 100 * time.Millisecond
 	ls.floor, ls.margin = 0, 50*time.Millisecond // as a solo lease: nothing holds the horizon up but the grants
 	ctx := context.Background()
@@ -187,18 +176,7 @@ func TestSlowSaveDelaysAGrantButDoesNotRefuseIt(t *testing.T) {
 // AfterTheHorizonFell in CI. Until the confirmation comes, every beat must
 // publish what the grant waits for.
 func TestConfirmationComesWhileTheHorizonFalls(t *testing.T) {
-	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLease(ep)
-	t.Cleanup(ls.Stop)
+	_, ls := leaseOnDisk(t)
 	ls.mu.Lock()
 	ls.headHold = 0 // the horizon falls from the first periodic beat on
 	ls.floor, ls.margin = 0, 0
@@ -214,4 +192,23 @@ func TestConfirmationComesWhileTheHorizonFalls(t *testing.T) {
 			t.Fatalf("grant %d (%v TTL): %v", i, ttl, err)
 		}
 	}
+}
+
+// leaseOnDisk is a lease on a memory node that saves its state in a
+// temporary directory, with 20 ms heartbeats.
+func leaseOnDisk(t *testing.T) (memnode.Config, *Lease) {
+	t.Helper()
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := NewLease(ep)
+	t.Cleanup(ls.Stop)
+	return cfg, ls
 }
