@@ -247,3 +247,36 @@ func waitChange(t *testing.T, ch <-chan struct{}) {
 		t.Fatal("no change seen")
 	}
 }
+
+// TestStandbyStopsWhenEtcdIsGone: a standby told to stop (its context
+// cancelled, a memnode's SIGTERM) returns from Campaign although etcd is
+// gone. etcd's Election.Campaign, cancelled, resigns with the client's own
+// context, which retries for as long as etcd is unreachable: `make
+// test-demos` hung in CI's clean-clone run on a standby memnode that
+// ignored SIGTERM after demo-ha had stopped its etcd.
+func TestStandbyStopsWhenEtcdIsGone(t *testing.T) {
+	etcd := testproc.Etcd(t, 1)
+	cli := dial(t, etcd)
+	lctx, lcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer lcancel()
+	if _, err := ha.Campaign(lctx, cli, ha.LeaderConfig{Shard: "s1", Name: "a:1", Advertise: "a:1", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "b:1", Advertise: "b:1", TTL: time.Second})
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // b is standing by
+	etcd.Kill(0)
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a cancelled campaign: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a standby told to stop was still campaigning 20 s later, etcd gone")
+	}
+}

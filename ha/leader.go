@@ -105,7 +105,27 @@ func Campaign(ctx context.Context, cli *clientv3.Client, cfg LeaderConfig) (*Lea
 	// 3.5 s to a failover.
 	waiting := make(chan struct{})
 	go l.renewUntil(ctx, waiting)
-	err = l.elec.Campaign(ctx, cfg.Advertise)
+	won := make(chan error, 1)
+	go func() { won <- l.elec.Campaign(ctx, cfg.Advertise) }()
+	select {
+	case err = <-won:
+	case <-ctx.Done():
+		// etcd's Campaign, cancelled, resigns with the client's own
+		// context, which retries for as long as etcd is unreachable: a
+		// standby told to stop would hang until etcd came back, or until
+		// its client is closed. Return now and let the campaign end on
+		// its own; if it won meanwhile, give the lead back.
+		close(waiting)
+		go func() {
+			if <-won == nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = l.elec.Resign(rctx)
+				cancel()
+			}
+			_ = sess.Close()
+		}()
+		return nil, fmt.Errorf("ha: campaign: %w", ctx.Err())
+	}
 	close(waiting)
 	if err != nil {
 		_ = sess.Close()

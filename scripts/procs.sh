@@ -59,7 +59,9 @@ start_listener() { # name, command...; sets ADDR from its "listening on ADDR" li
 	PID=$!
 	PIDS+=("$PID")
 	for _ in $(seq 300); do
-		ADDR=$(sed -n 's/.* listening on \([^ ]*\)$/\1/p' "$LOGS/$name.out" | head -1)
+		# The output file may not exist yet (the child opens it), and a
+		# failed sed must not end a script that runs with set -e.
+		ADDR=$(sed -n 's/.* listening on \([^ ]*\)$/\1/p' "$LOGS/$name.out" 2>/dev/null | head -1 || true)
 		[ -n "$ADDR" ] && return 0
 		sleep 0.05
 	done
