@@ -34,7 +34,7 @@ func verbsClusterOf(t *testing.T, cfgs ...shiftlock.Config) ([]shiftlock.Locker,
 	var cs []*shiftlock.Client
 	var eps []*verbs.Endpoint
 	for _, cfg := range cfgs {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testproc.Slow(20*time.Second))
 		ep, err := verbs.Dial(ctx, mn.Addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: testproc.VerbsDevice(t)},
 			Control: tcpfab.Config{Name: "checker"}})
 		cancel()

@@ -26,7 +26,7 @@ func verbsEndpoints(t *testing.T, n int, mode string, entries int) []*verbs.Endp
 	mn := testproc.VerbsMemnode(t, "-entries", fmt.Sprint(entries), "-dead-after", "10m", "-verbs-lock-table", mode)
 	var eps []*verbs.Endpoint
 	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testproc.Slow(20*time.Second))
 		ep, err := verbs.Dial(ctx, mn.Addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: testproc.VerbsDevice(t)},
 			Control: tcpfab.Config{Name: "baseline"}})
 		cancel()
