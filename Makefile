@@ -83,7 +83,7 @@ test-clients: deps build
 # and redsync clients, all over rxe0. Installs qemu, debootstrap and
 # libibverbs-dev when missing (as root, via apt), builds the guest image
 # once into ~/.cache/shiftlock/rxe (about 2.5 min), and boots it once per
-# run under TCG (scripts/rxe/test.sh).
+# run under TCG (scripts/rxe/test.sh). .ci/run runs it after test-clients.
 test-verbs:
 	./scripts/rxe/test.sh
 

@@ -27,6 +27,16 @@ func verbsProxy(t *testing.T, mn *testproc.Proc, extra ...string) (*testproc.Pro
 	return testproc.Proxy(t, args...), metrics
 }
 
+// patientDeadAfter is the memnode's -dead-after for the tests in which no
+// proxy dies: its default (1 s) stretched by testproc.Slow. In make
+// test-verbs's TCG guest on a host with a load of 16, a proxy's heartbeats
+// came more than 1 s apart, so the memory node declared both proxies dead
+// again and again; each rejoined as a new node, the lock queues were reset
+// each time, and no lock was handed over between them in 144 cycles (Sends
+// 8 and 0), which TestVerbsProxiesRedsync exists to see. The tests that
+// kill a proxy keep the default, since they wait for that verdict.
+func patientDeadAfter() string { return testproc.Slow(time.Second).String() }
+
 // TestVerbsProxiesRedsync: a memnode and two proxies on verbs, and redsync
 // clients on both proxies contending for the same few keys: every lock is
 // exclusive (a client's critical section checks that nobody else is in
@@ -34,7 +44,7 @@ func verbsProxy(t *testing.T, mn *testproc.Proc, extra ...string) (*testproc.Pro
 // proxies, as SENDs on queue pairs between them (both proxies' fabric
 // counters show Sends).
 func TestVerbsProxiesRedsync(t *testing.T) {
-	mn := testproc.VerbsMemnode(t, "-entries", "65536")
+	mn := testproc.VerbsMemnode(t, "-entries", "65536", "-dead-after", patientDeadAfter())
 	pa, ma := verbsProxy(t, mn)
 	pb, mb := verbsProxy(t, mn)
 	const keys, perProxy, cycles = 3, 6, 12
@@ -142,7 +152,7 @@ func TestVerbsProxyKilled(t *testing.T) {
 // without extended atomics reach its CPU as two-sided requests.
 func TestVerbsUncontendedCycleIsOneAtomicEach(t *testing.T) {
 	mnMetrics := fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))
-	mn := testproc.VerbsMemnode(t, "-entries", "65536", "-metrics", mnMetrics)
+	mn := testproc.VerbsMemnode(t, "-entries", "65536", "-metrics", mnMetrics, "-dead-after", patientDeadAfter())
 	pr, proxyMetrics := verbsProxy(t, mn)
 	c := client(t, pr.Addr)
 	ctx := ctxT(t, 2*time.Minute)

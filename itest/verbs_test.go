@@ -54,7 +54,7 @@ func scrapeVerbs(t *testing.T, addr, direction string) verbCounts {
 // beats.
 func quiet(t *testing.T, addr string) verbCounts {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	for end := time.Now().Add(testproc.Slow(10 * time.Second)); ; time.Sleep(time.Millisecond) {
 		vc := scrapeVerbs(t, addr, "out")
 		if vc.verbs["write"] == vc.beats {
 			return vc

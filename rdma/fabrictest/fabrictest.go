@@ -18,20 +18,48 @@ import (
 // Join attaches one more node to the same memory node.
 type Join func(t *testing.T, name string) rdma.Endpoint
 
-// Run runs the whole suite.
-func Run(t *testing.T, join Join) {
-	t.Run("Layout", func(t *testing.T) { testLayout(t, join) })
-	t.Run("ReadWrite", func(t *testing.T) { testReadWrite(t, join) })
-	t.Run("Atomics", func(t *testing.T) { testAtomics(t, join) })
-	t.Run("MaskedFAAConcurrent", func(t *testing.T) { testMaskedFAAConcurrent(t, join) })
-	t.Run("Batch", func(t *testing.T) { testBatch(t, join) })
-	t.Run("Send", func(t *testing.T) { testSend(t, join) })
-	t.Run("Errors", func(t *testing.T) { testErrors(t, join) })
-	t.Run("Probe", func(t *testing.T) { testProbe(t, join) })
+// An Option adjusts how Run runs the suite.
+type Option func(*suite)
+
+// Deadlines stretches the suite's deadlines on work (each subtest's
+// context, 20 s, and the wait for one Send's delivery, 5 s) by scale. They
+// only stop a hung fabric and assert no speed; a fabric whose tests run
+// under emulation (verbs on soft-RoCE in a TCG guest, many times slower on
+// a loaded host) passes a scale so that slowness is not taken for a hang,
+// while memfab and tcpfab keep the native bounds.
+func Deadlines(scale func(time.Duration) time.Duration) Option {
+	return func(s *suite) { s.scale = scale }
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+type suite struct {
+	scale func(time.Duration) time.Duration
+}
+
+func (s suite) bound(d time.Duration) time.Duration {
+	if s.scale == nil {
+		return d
+	}
+	return s.scale(d)
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, join Join, opts ...Option) {
+	var s suite
+	for _, o := range opts {
+		o(&s)
+	}
+	t.Run("Layout", func(t *testing.T) { s.testLayout(t, join) })
+	t.Run("ReadWrite", func(t *testing.T) { s.testReadWrite(t, join) })
+	t.Run("Atomics", func(t *testing.T) { s.testAtomics(t, join) })
+	t.Run("MaskedFAAConcurrent", func(t *testing.T) { s.testMaskedFAAConcurrent(t, join) })
+	t.Run("Batch", func(t *testing.T) { s.testBatch(t, join) })
+	t.Run("Send", func(t *testing.T) { s.testSend(t, join) })
+	t.Run("Errors", func(t *testing.T) { s.testErrors(t, join) })
+	t.Run("Probe", func(t *testing.T) { s.testProbe(t, join) })
+}
+
+func (s suite) ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), s.bound(20*time.Second))
 	t.Cleanup(cancel)
 	return c
 }
@@ -51,7 +79,7 @@ func scratch(n uint64) uint64 {
 	return e
 }
 
-func testLayout(t *testing.T, join Join) {
+func (s suite) testLayout(t *testing.T, join Join) {
 	a, b := join(t, "a"), join(t, "b")
 	if a.Node() == 0 || b.Node() == 0 || a.Node() == b.Node() {
 		t.Fatalf("node IDs must be distinct and non-zero: %d %d", a.Node(), b.Node())
@@ -60,7 +88,7 @@ func testLayout(t *testing.T, join Join) {
 	if l.LockEntries == 0 || l.EraCount == 0 || l.Generation == 0 {
 		t.Fatalf("incomplete layout: %+v", l)
 	}
-	peers, err := a.Control().Peers(ctx(t))
+	peers, err := a.Control().Peers(s.ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +101,9 @@ func testLayout(t *testing.T, join Join) {
 	}
 }
 
-func testReadWrite(t *testing.T, join Join) {
+func (s suite) testReadWrite(t *testing.T, join Join) {
 	a, b := join(t, "a"), join(t, "b")
-	c := ctx(t)
+	c := s.ctx(t)
 	e := scratch(4)
 	addr := a.Layout().EntryAddr(e)
 	data := make([]byte, 64)
@@ -94,9 +122,9 @@ func testReadWrite(t *testing.T, join Join) {
 	}
 }
 
-func testAtomics(t *testing.T, join Join) {
+func (s suite) testAtomics(t *testing.T, join Join) {
 	a := join(t, "a")
-	c := ctx(t)
+	c := s.ctx(t)
 	r := rand.New(rand.NewPCG(7, 8))
 	e := scratch(1)
 	addr := a.Layout().EntryAddr(e)
@@ -166,7 +194,7 @@ func testAtomics(t *testing.T, join Join) {
 
 // testMaskedFAAConcurrent hammers one entry from many goroutines on several
 // nodes with field-wise adds and checks that no update was lost.
-func testMaskedFAAConcurrent(t *testing.T, join Join) {
+func (s suite) testMaskedFAAConcurrent(t *testing.T, join Join) {
 	const nodes, perNode, iters = 3, 16, 300
 	cnt, rel := rdma.NewField(40, 23), rdma.NewField(64, 64)
 	boundary := rdma.Boundary(cnt, rel)
@@ -204,7 +232,7 @@ func testMaskedFAAConcurrent(t *testing.T, join Join) {
 		t.Fatal(err)
 	}
 	var buf [16]byte
-	if err := first.Read(ctx(t), first.Layout().EntryAddr(e), buf[:]); err != nil {
+	if err := first.Read(s.ctx(t), first.Layout().EntryAddr(e), buf[:]); err != nil {
 		t.Fatal(err)
 	}
 	v := rdma.U128From(buf[:])
@@ -213,9 +241,9 @@ func testMaskedFAAConcurrent(t *testing.T, join Join) {
 	}
 }
 
-func testBatch(t *testing.T, join Join) {
+func (s suite) testBatch(t *testing.T, join Join) {
 	a := join(t, "a")
-	c := ctx(t)
+	c := s.ctx(t)
 	e := scratch(2)
 	addr := a.Layout().EntryAddr(e)
 	before := a.Counters().Snapshot()
@@ -245,9 +273,9 @@ func testBatch(t *testing.T, join Join) {
 	}
 }
 
-func testSend(t *testing.T, join Join) {
+func (s suite) testSend(t *testing.T, join Join) {
 	a, b := join(t, "a"), join(t, "b")
-	c := ctx(t)
+	c := s.ctx(t)
 	var ib rdma.Inbox
 	tgt, ch, _ := ib.Open()
 	if err := a.Send(c, b.Node(), tgt, rdma.Payload{1}); !errors.Is(err, rdma.ErrNotReady) {
@@ -266,7 +294,7 @@ func testSend(t *testing.T, join Join) {
 			if m.From != a.Node() || m.To != tgt || m.Payload != p {
 				t.Fatalf("got %+v", m)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(s.bound(5 * time.Second)):
 			t.Fatal("message not delivered")
 		}
 	}
@@ -306,9 +334,9 @@ func testSend(t *testing.T, join Join) {
 	}
 }
 
-func testErrors(t *testing.T, join Join) {
+func (s suite) testErrors(t *testing.T, join Join) {
 	a := join(t, "a")
-	c := ctx(t)
+	c := s.ctx(t)
 	l := a.Layout()
 	end := rdma.Addr{Region: rdma.RegionLocks, Offset: l.LockEntries * 16}
 	if err := a.Read(c, end, make([]byte, 8)); !errors.Is(err, rdma.ErrOutOfBounds) {
@@ -333,7 +361,7 @@ func testErrors(t *testing.T, join Join) {
 	}
 }
 
-func testProbe(t *testing.T, join Join) {
+func (s suite) testProbe(t *testing.T, join Join) {
 	a := join(t, "a")
 	a.BindProbe(func(entry uint64) rdma.Hold {
 		if entry == 42 {

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/fabrictest"
@@ -83,7 +84,7 @@ func startMemoryNode(t testing.TB, cfg memnode.Config, mode verbs.LockTableMode)
 
 func join(t testing.TB, addr, name string) *verbs.Endpoint {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testproc.Slow(20*time.Second))
 	defer cancel()
 	ep, err := verbs.Dial(ctx, addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: deviceName(t)},
 		Control: tcpfab.Config{Name: name, Logger: zaptest.NewLogger(t)}})
@@ -95,7 +96,7 @@ func join(t testing.TB, addr, name string) *verbs.Endpoint {
 }
 
 func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testproc.Slow(30*time.Second))
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -109,7 +110,8 @@ func TestVerbsConformance(t *testing.T) {
 	if mn.vs.Mode() != verbs.LockTableCPU {
 		t.Fatalf("auto mode on %s resolved to %v, want cpu", mn.vs.Caps().Name, mn.vs.Mode())
 	}
-	fabrictest.Run(t, func(t *testing.T, name string) rdma.Endpoint { return join(t, mn.addr, name) })
+	fabrictest.Run(t, func(t *testing.T, name string) rdma.Endpoint { return join(t, mn.addr, name) },
+		fabrictest.Deadlines(testproc.Slow))
 }
 
 // TestVerbsMechanisms: in the default mode the lock table is CPU and not
@@ -306,7 +308,7 @@ func TestVerbsFencedMember(t *testing.T) {
 	mn := startMemoryNode(t, memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 300 * time.Millisecond}, verbs.LockTableAuto)
 	ep := join(t, mn.addr, "silent")
 	ctx := ctxT(t)
-	for end := time.Now().Add(20 * time.Second); mn.host.Admit(ep.Node()) == nil; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(testproc.Slow(20 * time.Second)); mn.host.Admit(ep.Node()) == nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("a silent member is still admitted")
 		}
@@ -314,7 +316,7 @@ func TestVerbsFencedMember(t *testing.T) {
 	if _, err := ep.FAA(ctx, ep.Layout().EntryAddr(1), 1); !errors.Is(err, rdma.ErrFenced) || !errors.Is(err, rdma.ErrUnreachable) {
 		t.Fatalf("CPU verb of a fenced member: %v, want fenced and unreachable", err)
 	}
-	for end := time.Now().Add(20 * time.Second); mn.vs.Stats().Revoked == 0; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(testproc.Slow(20 * time.Second)); mn.vs.Stats().Revoked == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("the fenced member's queue pair was not revoked")
 		}

@@ -20,7 +20,7 @@ func Join(t testing.TB, n int, name string, memnodeArgs ...string) []*verbs.Endp
 	mn := testproc.VerbsMemnode(t, memnodeArgs...)
 	var eps []*verbs.Endpoint
 	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testproc.Slow(20*time.Second))
 		ep, err := verbs.Dial(ctx, mn.Addr, verbs.Config{DeviceConfig: verbs.DeviceConfig{Device: testproc.VerbsDevice(t)},
 			Control: tcpfab.Config{Name: name}})
 		cancel()
