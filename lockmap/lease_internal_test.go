@@ -104,7 +104,7 @@ func TestSavedHorizonAlwaysCoversTheGrants(t *testing.T) {
 // lowered its saved horizon, must have the long one confirmed again before
 // it relies on it: the old confirmation no longer holds the saved horizon up.
 func TestConfirmationIsNotReusedAfterTheHorizonFell(t *testing.T) {
-	cfg, ls := leaseOnDisk(t)
+	cfg, ls := leaseOnDisk(t, nil)
 	ls.headHold = 100 * time.Millisecond
 	ls.floor, ls.margin = 0, 50*time.Millisecond // as a solo lease: nothing holds the horizon up but the grants
 	ctx := context.Background()
@@ -144,19 +144,7 @@ func (s slowStore) Update(f func(*memnode.State) bool) error {
 // refused with "ERR lockmap: no lease with the memory node: the memory node
 // has not confirmed a 2.25s lease horizon" (itest/redislock010).
 func TestSlowSaveDelaysAGrantButDoesNotRefuseIt(t *testing.T) {
-	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store = slowStore{cfg.Store, 600 * time.Millisecond}
-	host := memnode.New(cfg)
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := NewLease(ep)
-	t.Cleanup(ls.Stop)
+	cfg, ls := leaseOnDisk(t, func(st memnode.StateStore) memnode.StateStore { return slowStore{st, 600 * time.Millisecond} })
 	const ttl = 1500 * time.Millisecond
 	if err := ls.Cover(context.Background(), time.Now().Add(ttl), ttl); err != nil {
 		t.Fatalf("a grant while the memory node saves slowly: %v", err)
@@ -176,7 +164,7 @@ func TestSlowSaveDelaysAGrantButDoesNotRefuseIt(t *testing.T) {
 // AfterTheHorizonFell in CI. Until the confirmation comes, every beat must
 // publish what the grant waits for.
 func TestConfirmationComesWhileTheHorizonFalls(t *testing.T) {
-	_, ls := leaseOnDisk(t)
+	_, ls := leaseOnDisk(t, nil)
 	ls.mu.Lock()
 	ls.headHold = 0 // the horizon falls from the first periodic beat on
 	ls.floor, ls.margin = 0, 0
@@ -195,12 +183,15 @@ func TestConfirmationComesWhileTheHorizonFalls(t *testing.T) {
 }
 
 // leaseOnDisk is a lease on a memory node that saves its state in a
-// temporary directory, with 20 ms heartbeats.
-func leaseOnDisk(t *testing.T) (memnode.Config, *Lease) {
+// temporary directory, with 20 ms heartbeats; wrap, if set, wraps its store.
+func leaseOnDisk(t *testing.T, wrap func(memnode.StateStore) memnode.StateStore) (memnode.Config, *Lease) {
 	t.Helper()
 	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		cfg.Store = wrap(cfg.Store)
 	}
 	host := memnode.New(cfg)
 	t.Cleanup(host.Close)
