@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
@@ -43,176 +44,365 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 // AcquireKey is Acquire for one key, which is what SET NX and most lock
 // scripts ask for; it returns the key's fencing token and allocates less.
 func (m *Map) AcquireKey(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, err error) {
-	keys, fences := [1]string{key}, [1]uint64{}
-	ok, err = m.acquire(ctx, keys[:], token, opt, fences[:])
-	return fences[0], ok, err
+	a := newAcquisition()
+	a.kbuf[0] = key
+	ok, err = a.drive(ctx, m, a.kbuf[:], token, opt, a.fbuf[:])
+	fence = a.fbuf[0]
+	a.free()
+	return fence, ok, err
 }
 
-// acquire is Acquire with the fencing tokens written to fences (one per
-// key), which the caller provides.
-func (m *Map) acquire(ctx context.Context, keys []string, token string, opt AcquireOptions, fences []uint64) (ok bool, err error) {
+// acquire is Acquire's blocking driver, with the fencing tokens written to
+// fences (one per key), which the caller provides.
+func (m *Map) acquire(ctx context.Context, keys []string, token string, opt AcquireOptions, fences []uint64) (bool, error) {
+	a := newAcquisition()
+	ok, err := a.drive(ctx, m, keys, token, opt, fences)
+	a.free()
+	return ok, err
+}
+
+// acquisitions keeps acquisitions for reuse: every acquire needs one, a
+// few hundred bytes that its own stack cannot hold (its slices point into
+// it), and one that finished on its caller's goroutine is garbage at once.
+var acquisitions = sync.Pool{New: func() any { return new(acquisition) }}
+
+func newAcquisition() *acquisition { return acquisitions.Get().(*acquisition) }
+
+// free returns an acquisition that nothing refers to any more.
+func (a *acquisition) free() {
+	*a = acquisition{}
+	acquisitions.Put(a)
+}
+
+// drive runs the acquisition with the blocking driver.
+func (a *acquisition) drive(ctx context.Context, m *Map, keys []string, token string, opt AcquireOptions, fences []uint64) (bool, error) {
+	if err := a.begin(m, keys, token, opt, fences, isNoWait(ctx)); err != nil {
+		return false, err
+	}
+	if a.settled {
+		return a.report(a.ok, a.err)
+	}
+	return a.report(a.run(ctx))
+}
+
+// An acquisition carries one acquire from its checks to its answer: what
+// was asked, where the keys live, the locks taken so far and how it may
+// wait. Three drivers take its lock entries:
+//
+//   - run (Acquire, AcquireKey) takes them one at a time in the global
+//     order, waiting for each within the budget;
+//   - AcquireKeyOnLoop runs it on an event loop over in-process memory
+//     nodes: a single exclusive key enqueues with its one atomic, and if
+//     it has to wait in the queue the acquisition moves to the heap
+//     (Queued) and waits off the loop;
+//   - AcquireAsync (doorbell.go) stages a single exclusive key's atomic on
+//     a doorbell and goes on when the batch is answered: at once when the
+//     entry was free, on a goroutine once it has to wait in the queue.
+//
+// All start with begin and end with admit. An acquisition that finds it
+// needs something its driver cannot do without blocking (a refresh, a
+// routed key, a rejoin) goes on in run on a goroutine, as it stands
+// (AcquireAsync), or is refused with ErrWouldBlock having taken nothing
+// (on the loop, to be asked again off it).
+type acquisition struct {
+	m     *Map
+	keys  []string
+	token string
+	opt   AcquireOptions
+	// onLoop: the caller must not block (an event loop; NoWait). Where run
+	// would wait, it gives back what it took and answers ErrWouldBlock.
+	onLoop bool
+	// queueOnLoop (AcquireKeyOnLoop): a single exclusive key with a budget
+	// may enqueue on the loop instead, and wait for the handover off it.
+	queueOnLoop bool
+
+	start    time.Time
+	deadline time.Time // the end of the wait budget; zero: try once
+	// tag is the owner tag of a single exclusive key (shadows.go), or 0.
+	tag uint64
+
+	fresh      []want  // keys to lock, in the global order
+	refresh    []*hold // keys the token holds here already (reentrant): their TTL is reset
+	othersHere bool    // another token holds a key here (a shadow)
+
+	got []*grant // the locks taken so far
+	// shadow is the fence of the token's own hold through another proxy,
+	// recognised by its owner tag in place of a grant (a pure shadow).
+	shadow uint64
+	queued bool // waited in a lock's queue
+	paused bool // waited for something else: a rejoin, a shadow to go
+	// enqueued is the start of an acquisition an event loop queued behind
+	// a holder (AcquireKeyOnLoop): its atomic is in the queue, and Queued
+	// waits for the handover.
+	enqueued *shiftlock.Start
+
+	// settled: begin already knows the answer (ok, err).
+	settled bool
+	ok      bool
+	err     error
+	fences  []uint64 // the answer: one fencing token per key
+
+	wbuf [1]want // a single key's acquire, the common one, needs no allocation
+	gbuf [1]*grant
+	kbuf [1]string
+	fbuf [1]uint64
+}
+
+// errWouldWait is admit's answer when it may not block and has to: the
+// caller finishes it where it may, with the grants still taken.
+var errWouldWait = errors.New("lockmap: admission would wait")
+
+// errEnqueued is run's answer on an event loop when its one key queued
+// behind a holder (enqueued): the caller waits for it where it may.
+var errEnqueued = errors.New("lockmap: queued behind a holder")
+
+// AcquireKeyOnLoop is AcquireKey for an event loop on in-process memory
+// nodes (Inline): the third driver of an acquisition, which must not
+// block. A single exclusive key with a wait budget enqueues at once, as
+// AcquireKey does, with the one atomic that grants a free entry; if the key
+// is held, the acquire is in the lock's queue and a Queued is returned, for
+// the caller to Wait on where blocking is allowed. Anything else that
+// would have to wait answers ErrWouldBlock having left nothing held, to be
+// run again with AcquireKey where it may.
+func (m *Map) AcquireKeyOnLoop(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, q *Queued, err error) {
+	a := newAcquisition()
+	a.kbuf[0] = key
+	if err := a.begin(m, a.kbuf[:], token, opt, a.fbuf[:], true); err != nil {
+		a.free()
+		return 0, false, nil, err
+	}
+	a.queueOnLoop = true
+	if a.settled {
+		ok, err = a.report(a.ok, a.err)
+	} else if ok, err = a.run(ctx); err == errEnqueued {
+		return 0, false, &Queued{a}, nil // a is Queued's now
+	} else {
+		ok, err = a.report(ok, err)
+	}
+	fence = a.fbuf[0]
+	a.free()
+	return fence, ok, nil, err
+}
+
+// Queued is an acquire that an event loop queued behind a holder
+// (AcquireKeyOnLoop).
+type Queued struct{ a *acquisition }
+
+// Wait waits for the lock to be handed over, within the acquire's budget,
+// and finishes the acquire: it returns what AcquireKey would have. Call it
+// once, where blocking is allowed. Cancelling ctx abandons the wait; the
+// lock, if it comes, is released in the background.
+func (q *Queued) Wait(ctx context.Context) (fence uint64, ok bool, err error) {
+	ok, err = q.a.report(q.a.wait(ctx, q.a.enqueued))
+	return q.a.fbuf[0], ok, err
+}
+
+// wait finishes an acquisition whose single key queued behind a holder
+// with s, where it may block: the handover, then admission.
+func (a *acquisition) wait(ctx context.Context, s *shiftlock.Start) (bool, error) {
+	m, w := a.m, a.fresh[0]
+	guard, err := s.Wait(m.waitContext(ctx, a.deadline, a.opt.Queue))
+	a.queued = true
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return false, nil // budget spent: "not acquired"
+		}
+		return false, err
+	}
+	a.got = append(a.got, m.newGrant(w.dom, w.di, w.entry, a.opt.Mode, guard))
+	return a.admit(ctx, true)
+}
+
+// begin checks the request and sorts its keys into fresh and refresh. An
+// error means no attempt was made; an answer known without touching a
+// lock (the token holds the key already) settles the acquisition.
+func (a *acquisition) begin(m *Map, keys []string, token string, opt AcquireOptions, fences []uint64, onLoop bool) error {
 	if m.draining.Load() {
-		return false, ErrDraining
+		return ErrDraining
 	}
 	if opt.Mode == 0 {
 		opt.Mode = shiftlock.Exclusive
 	}
 	if opt.TTL < 0 {
-		return false, ErrBadTTL
+		return ErrBadTTL
 	}
-	if isNoWait(ctx) && !m.Inline() {
-		return false, ErrWouldBlock
+	if onLoop && !m.Inline() {
+		return ErrWouldBlock
 	}
-	start := time.Now()
-	queued := false
-	paused := false // waited for something other than the lock's queue
-	defer func() {
-		// An attempt refused with ErrWouldBlock runs again off the loop and
-		// is told about then; reporting it here would count it twice.
-		if m.cfg.OnAcquire != nil && !errors.Is(err, ErrWouldBlock) {
-			m.cfg.OnAcquire(opt.Mode, time.Since(start), queued, ok)
-		}
-	}()
-
-	// Reentrant refresh of keys this token already holds, and duplicate
-	// checks, before touching any lock.
-	// The buffers hold a single key's acquire, the common one, on the stack.
-	var wbuf [1]want
-	var gbuf [1]*grant
-	ws := m.wants(wbuf[:0], keys)
-	fresh := ws[:0]
-	var refresh []*hold
-	othersHere := false // another token holds a key here (a shadow)
+	a.m, a.keys, a.token, a.opt, a.fences, a.onLoop = m, keys, token, opt, fences, onLoop
+	a.start = time.Now()
+	if opt.Wait > 0 {
+		a.deadline = a.start.Add(opt.Wait)
+	}
+	a.got = a.gbuf[:0]
+	ws := m.wants(a.wbuf[:0], keys)
+	a.fresh = ws[:0]
 	for _, w := range ws {
 		h, others := m.holdsOf(w.key, token)
-		othersHere = othersHere || others
+		a.othersHere = a.othersHere || others
 		if h != nil {
 			if opt.Reentrant && h.mode == shiftlock.Exclusive && opt.Mode == shiftlock.Exclusive {
-				refresh = append(refresh, h)
+				a.refresh = append(a.refresh, h)
 				continue
 			}
-			if opt.Mode == shiftlock.Exclusive {
-				return false, nil // Redis SET NX on an existing key: not set
+			a.settled = true
+			if opt.Mode != shiftlock.Exclusive {
+				a.err = fmt.Errorf("%w: %q", ErrHeldByToken, w.key)
 			}
-			return false, fmt.Errorf("%w: %q", ErrHeldByToken, w.key)
+			return nil // exclusive: Redis SET NX on an existing key, not set
 		}
-		fresh = append(fresh, w)
-	}
-
-	var deadline time.Time
-	if opt.Wait > 0 {
-		deadline = start.Add(opt.Wait)
-	}
-	got := gbuf[:0]
-	undo := func() {
-		for _, g := range got {
-			m.releaseGrant(g)
-		}
+		a.fresh = append(a.fresh, w)
 	}
 	// Owner tags let a single key's exclusive holder be recognised by the
 	// same client asking through other proxies (RedLock over proxies that
 	// share a memory node; shiftlock/owner.go).
-	var tag uint64
-	if len(keys) == 1 && len(fresh) == 1 && opt.Mode == shiftlock.Exclusive {
-		tag = tagFor(fresh[0].dom, keys[0], token)
+	if len(keys) == 1 && len(a.fresh) == 1 && opt.Mode == shiftlock.Exclusive {
+		a.tag = tagFor(a.fresh[0].dom, keys[0], token)
 	}
-	if tag != 0 {
-		if r := m.routerOf(fresh[0].di, fresh[0].dom); r != nil && opt.TTL > 0 && !deadline.IsZero() {
+	return nil
+}
+
+// report tells the map's OnAcquire how the attempt went, and returns its
+// answer. An attempt refused with ErrWouldBlock runs again where it may
+// wait and is told about then: reporting it here would count it twice.
+func (a *acquisition) report(ok bool, err error) (bool, error) {
+	if a.m.cfg.OnAcquire != nil && !errors.Is(err, ErrWouldBlock) {
+		a.m.cfg.OnAcquire(a.opt.Mode, time.Since(a.start), a.queued, ok)
+	}
+	return ok, err
+}
+
+// undo gives back the locks taken so far.
+func (a *acquisition) undo() {
+	for _, g := range a.got {
+		a.m.releaseGrant(g)
+	}
+	a.got = a.got[:0]
+}
+
+// run is the blocking driver: it takes the fresh keys' entries one at a
+// time, in the global order, each within the budget, and admits them.
+func (a *acquisition) run(ctx context.Context) (bool, error) {
+	m := a.m
+	if a.tag != 0 {
+		w := a.fresh[0]
+		if r := m.routerOf(w.di, w.dom); r != nil && a.opt.TTL > 0 && !a.deadline.IsZero() {
 			// Quorum routing: the key's home proxy takes the lock, or
 			// joins this token's hold of it (route.go). Waiting there
 			// involves messages, which never run on an event loop.
-			if isNoWait(ctx) {
+			if a.onLoop {
 				return false, ErrWouldBlock
 			}
-			gr, waited, err := r.lock(ctx, fresh[0].entry, tag, deadline, opt.TTL, opt.Queue)
-			queued = waited
+			gr, waited, err := r.lock(ctx, w.entry, a.tag, a.deadline, a.opt.TTL, a.opt.Queue)
+			a.queued = waited
 			if err != nil || gr == nil {
 				return false, err
 			}
-			return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, append(got, gr), 0, fences, time.Time{})
+			a.got = append(a.got, gr)
+			return a.admitHere(ctx)
 		}
-		if othersHere {
+		if a.othersHere {
 			// Another token holds it here, as a shadow of its hold through
 			// another proxy: an independent Redis instance would refuse, so
 			// this proxy waits for it to go, within the budget.
-			paused = true
-			if deadline.IsZero() || !m.awaitOthersGone(ctx, keys[:1], token, deadline) {
-				if isNoWait(ctx) && !deadline.IsZero() {
-					return false, ErrWouldBlock
-				}
+			a.paused = true
+			if a.deadline.IsZero() {
+				return false, nil
+			}
+			if a.onLoop {
+				return false, ErrWouldBlock
+			}
+			if !m.awaitOthersGone(ctx, a.keys[:1], a.token, a.deadline) {
 				return false, nil
 			}
 		}
 	}
-	var shadowFence uint64
-	for _, w := range fresh {
-		if grantOf(got, w.di, w.entry) != nil {
+	for _, w := range a.fresh {
+		if grantOf(a.got, w.di, w.entry) != nil {
 			continue // another key of this acquire shares the entry
 		}
-		var g shiftlock.Grant
-		var fence uint64
-		var waited bool
-		var err error
-		for {
-			dom := m.doms[w.di].Load()
-			changed := *m.changed.Load()
-			g, fence, waited, err = m.lockEntry(ctx, dom, w.entry, opt.Mode, deadline, tag, opt.Queue)
-			if err == nil || !membershipGone(err) || deadline.IsZero() || !time.Now().Before(deadline) {
-				break
-			}
-			if isNoWait(ctx) {
-				err = ErrWouldBlock
-				break
-			}
-			// The membership is gone; the proxy is rejoining. Wait for it,
-			// within the budget, then try again on the new one.
-			paused = true
-			t := time.NewTimer(time.Until(deadline))
-			select {
-			case <-changed:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			if ctx.Err() != nil {
-				break
-			}
+		took, err := a.lockEntry(ctx, w)
+		if err == errEnqueued {
+			return false, err // a single key: nothing else is taken
 		}
-		queued = queued || waited
-		if err != nil || (g == nil && fence == 0) {
-			undo()
+		if err != nil || !took {
+			a.undo()
 			return false, err
 		}
-		if g == nil {
-			shadowFence = fence
-			continue
-		}
-		got = append(got, m.newGrant(m.doms[w.di].Load(), w.di, w.entry, opt.Mode, g))
 	}
-
-	// An acquire that did not wait was granted within a few microseconds
-	// of its start; its TTL may run from there, which spares a clock read.
-	var granted time.Time
-	if !queued && !paused {
-		granted = start
-	}
-	return m.admit(ctx, keys, token, opt, deadline, tag, fresh, refresh, got, shadowFence, fences, granted)
+	return a.admitHere(ctx)
 }
 
-// admit finishes an acquire whose locks are taken (got, or a shadow's
-// fence): the lease must cover the TTL, the holds are recorded (one token
-// per key here, as on a Redis instance), tagged grants are vouched for,
-// and TTLs are scheduled. It undoes the grants if any step fails. The
-// keys' fencing tokens go to fences. TTLs run from now, the time of the
-// grant (zero: read the clock).
-func (m *Map) admit(ctx context.Context, keys []string, token string, opt AcquireOptions, deadline time.Time, tag uint64,
-	fresh []want, refresh []*hold, got []*grant, shadowFence uint64, fences []uint64, now time.Time) (ok bool, err error) {
-	undo := func() {
-		for _, g := range got {
-			m.releaseGrant(g)
+// admitHere admits for run: on an event loop, an admission that would wait
+// gives its locks back, to be asked for again where waiting is allowed.
+func (a *acquisition) admitHere(ctx context.Context) (bool, error) {
+	ok, err := a.admit(ctx, !a.onLoop)
+	if err == errWouldWait {
+		a.undo()
+		return false, ErrWouldBlock
+	}
+	return ok, err
+}
+
+// lockEntry takes w's entry for run, retrying within the budget while the
+// proxy rejoins its memory node. took: a grant was added to got, or the
+// token's hold through another proxy was recognised (shadow).
+func (a *acquisition) lockEntry(ctx context.Context, w want) (took bool, err error) {
+	m := a.m
+	for {
+		dom := m.doms[w.di].Load()
+		changed := *m.changed.Load()
+		var r entryLock
+		if a.queueOnLoop && !a.deadline.IsZero() && a.tag == 0 && a.opt.Mode == shiftlock.Exclusive && len(a.fresh) == 1 {
+			r, err = enqueueOnLoop(dom, w.entry)
+		} else {
+			r, err = m.lockEntry(ctx, dom, w.entry, a.opt.Mode, a.deadline, a.tag, a.opt.Queue, a.onLoop)
+		}
+		a.queued = a.queued || r.waited
+		switch {
+		case err == nil && r.enqueued != nil:
+			a.fresh[0].dom, a.enqueued = dom, r.enqueued
+			return false, errEnqueued
+		case err == nil && r.g != nil:
+			a.got = append(a.got, m.newGrant(dom, w.di, w.entry, a.opt.Mode, r.g))
+			return true, nil
+		case err == nil:
+			a.shadow = r.shadow
+			return r.shadow != 0, nil
+		case !membershipGone(err) || a.deadline.IsZero() || !time.Now().Before(a.deadline):
+			return false, err
+		case a.onLoop:
+			return false, ErrWouldBlock
+		}
+		// The membership is gone; the proxy is rejoining. Wait for it,
+		// within the budget, then try again on the new one.
+		a.paused = true
+		t := time.NewTimer(time.Until(a.deadline))
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return false, err
 		}
 	}
-	if now.IsZero() {
+}
+
+// admit finishes an acquisition whose locks are taken (got, or a shadow's
+// fence): the lease must cover the TTL, the holds are recorded (one token
+// per key here, as on a Redis instance), tagged grants are vouched for,
+// and TTLs are scheduled; the keys' fencing tokens go to fences. It gives
+// the grants back if any step fails. Where it would have to wait and block
+// is false, it answers errWouldWait with nothing recorded and the grants
+// still taken, to be called again where it may block.
+func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error) {
+	m, opt := a.m, a.opt
+	// An acquire that did not wait was granted within a few microseconds
+	// of its start; its TTL may run from there, which spares a clock read.
+	now := a.start
+	if a.queued || a.paused {
 		now = time.Now()
 	}
 	var end time.Time
@@ -221,27 +411,36 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	}
 	// Every memory node we hold on must have our lease cover the deadline,
 	// pending grants included: their lock may arrive at any moment.
-	for i, gr := range got {
-		if gr.remote() || gr.dom.Lease == nil || coveredBy(got[:i], gr.dom) {
+	for i, gr := range a.got {
+		if gr.remote() || gr.dom.Lease == nil || coveredBy(a.got[:i], gr.dom) {
 			continue // a share's lease is its home's
 		}
+		if !block && !gr.dom.Lease.Covers(end, opt.TTL) {
+			return false, errWouldWait // a heartbeat must be pushed first
+		}
 		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
-			undo()
+			a.undo()
 			return false, err
 		}
 	}
-	for _, h := range refresh {
+	for _, h := range a.refresh {
 		if fg := h.fwd(); fg != nil {
+			if !block {
+				return false, errWouldWait // a message to the key's home
+			}
 			if ok, err := fg.extend(ctx, opt.TTL); !ok || err != nil {
-				undo()
+				a.undo()
 				return false, err
 			}
 			continue
 		}
 		d, _ := m.Where(h.key)
 		if d.Lease != nil {
+			if !block && !d.Lease.Covers(end, opt.TTL) {
+				return false, errWouldWait
+			}
 			if err := d.Lease.Cover(ctx, end, opt.TTL); err != nil {
-				undo()
+				a.undo()
 				return false, err
 			}
 		}
@@ -251,12 +450,12 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	// from here on, every key holding it owns one.
 	var hbuf [1]*hold
 	holds := hbuf[:0]
-	for _, w := range fresh {
-		h := &hold{key: w.key, token: token, mode: opt.Mode, deadline: end, ttl: opt.TTL, since: now, expIdx: -1}
-		if gr := grantOf(got, w.di, w.entry); gr != nil {
+	for _, w := range a.fresh {
+		h := &hold{key: w.key, token: a.token, mode: opt.Mode, deadline: end, ttl: opt.TTL, since: now, expIdx: -1}
+		if gr := grantOf(a.got, w.di, w.entry); gr != nil {
 			h.dom, h.fence, h.g = gr.dom, fenceOf(gr.g), gr
 		} else {
-			h.dom, h.fence = m.doms[w.di].Load(), shadowFence
+			h.dom, h.fence = m.doms[w.di].Load(), a.shadow
 		}
 		holds = append(holds, h)
 	}
@@ -265,11 +464,15 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 		// independent Redis instance would not say yes to both, so the
 		// grant waits for it to go (its release is usually on its way:
 		// our lock came from that same client letting go elsewhere).
-		if deadline.IsZero() || isNoWait(ctx) || !m.awaitOthersGone(ctx, keys, token, deadline) {
-			undo()
-			if isNoWait(ctx) && !deadline.IsZero() {
-				return false, ErrWouldBlock
-			}
+		if a.deadline.IsZero() {
+			a.undo()
+			return false, nil
+		}
+		if !block {
+			return false, errWouldWait
+		}
+		if !m.awaitOthersGone(ctx, a.keys, a.token, a.deadline) {
+			a.undo()
 			return false, nil
 		}
 	}
@@ -279,11 +482,11 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 			h.g.refs++
 		}
 	}
-	for _, gr := range got {
+	for _, gr := range a.got {
 		gr.refs--
 	}
 	grantMu.Unlock()
-	for _, r := range refresh {
+	for _, r := range a.refresh {
 		if !m.setDeadline(r, end, opt.TTL) {
 			// Its TTL ran out meanwhile: the key is no longer this
 			// token's, so the acquire as a whole did not happen.
@@ -296,22 +499,22 @@ func (m *Map) admit(ctx context.Context, keys []string, token string, opt Acquir
 	}
 	// The client is about to be told: from now on other proxies may
 	// recognise this holder as their client's too.
-	if tag != 0 {
-		for _, gr := range got {
+	if a.tag != 0 {
+		for _, gr := range a.got {
 			if sg, ok := gr.g.(*shiftlock.Guard); ok {
 				sg.Vouch()
 			}
 		}
 	}
-	for i, k := range keys {
-		for _, h := range refresh {
+	for i, k := range a.keys {
+		for _, h := range a.refresh {
 			if h.key == k {
-				fences[i] = h.fence
+				a.fences[i] = h.fence
 			}
 		}
 		for _, h := range holds {
 			if h.key == k {
-				fences[i] = h.fence
+				a.fences[i] = h.fence
 			}
 		}
 	}
@@ -417,23 +620,54 @@ func (m *Map) record(holds []*hold) bool {
 	return true
 }
 
+// entryLock is what lockEntry took: a grant, or (owner tags) the fence of
+// the same key and token held through another proxy, recognised in its
+// place; neither means the entry stayed held for the whole budget.
+type entryLock struct {
+	g      shiftlock.Grant
+	shadow uint64
+	waited bool // queued behind a holder
+	// enqueued: on an event loop, queued behind a holder; the start's Wait
+	// finishes the acquisition (enqueueOnLoop).
+	enqueued *shiftlock.Start
+}
+
+// enqueueOnLoop takes an entry exclusively for an event loop on an
+// in-process memory node: one enqueuing atomic, which grants a free entry
+// and otherwise leaves the request queued, for Wait to finish off the loop.
+func enqueueOnLoop(d *Domain, entry uint64) (entryLock, error) {
+	if d.Lease != nil {
+		if err := d.Lease.Valid(); err != nil {
+			return entryLock{}, err
+		}
+	}
+	g, s, err := d.Client.EnqueueExclusive(entry, 0)
+	if err != nil {
+		return entryLock{}, err
+	}
+	if s != nil {
+		return entryLock{enqueued: s}, nil
+	}
+	return entryLock{g: g}, nil
+}
+
 // lockEntry takes one entry, waiting until deadline (zero: try once). A
 // request with a wait budget enqueues directly: the enqueuing atomic costs
 // no more than a try when the entry is free, and a try that fails would
 // only add an atomic before the enqueue. With a non-zero owner tag, the
 // same key and token held through another proxy (shiftlock owner
-// recognition) yields a pending grant, or for a try-only request no grant
-// and the holder's fence (a pure shadow). Neither a grant nor a shadow,
-// with no error, means "held for the whole budget".
+// recognition) yields a pending grant, or for a try-only request a
+// shadow. onLoop: the caller must not block; a request that would wait
+// tries once and answers ErrWouldBlock.
 func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shiftlock.Mode, deadline time.Time, tag uint64,
-	queue func(context.Context) (context.Context, func())) (shiftlock.Grant, uint64, bool, error) {
+	queue func(context.Context) (context.Context, func()), onLoop bool) (entryLock, error) {
 	if d.Lease != nil {
 		if err := d.Lease.Valid(); err != nil {
-			return nil, 0, false, err
+			return entryLock{}, err
 		}
 	}
 	c := d.Client
-	if deadline.IsZero() || isNoWait(ctx) {
+	if deadline.IsZero() || onLoop {
 		var g *shiftlock.Guard
 		var ok bool
 		var e shiftlock.Entry
@@ -445,20 +679,20 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 		}
 		switch {
 		case err != nil:
-			return nil, 0, false, err
+			return entryLock{}, err
 		case ok:
-			return g, 0, false, nil
-		case isNoWait(ctx) && (!deadline.IsZero() || tag != 0):
-			return nil, 0, false, ErrWouldBlock // it would queue, or wait for an answer
+			return entryLock{g: g}, nil
+		case onLoop && (!deadline.IsZero() || tag != 0):
+			return entryLock{}, ErrWouldBlock // it would queue, or wait for an answer
 		case tag != 0:
 			// The holder may be the same key and token through another
 			// proxy (a RedLock client asks every proxy at once): ask the
 			// queue, which costs messages, not memory-node verbs.
 			if tok, same := c.QueryOwner(ctx, entry, e.Tail(), tag, tagGrace); same {
-				return nil, tok + 1, false, nil
+				return entryLock{shadow: tok + 1}, nil
 			}
 		}
-		return nil, 0, false, nil
+		return entryLock{}, nil
 	}
 	// The budget only governs a wait, so its deadline (and the caller's
 	// watch for a client that hangs up) is set up only if the acquire has
@@ -472,10 +706,10 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 		g, err = c.AcquireExclusiveTagged(wctx, entry, tag)
 	}
 	if err == nil {
-		return g, 0, g.Waited(), nil
+		return entryLock{g: g, waited: g.Waited()}, nil
 	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return nil, 0, true, nil // budget spent: "not acquired", not an error
+		return entryLock{waited: true}, nil // budget spent: "not acquired", not an error
 	}
-	return nil, 0, true, err
+	return entryLock{waited: true}, err
 }

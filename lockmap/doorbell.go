@@ -2,7 +2,6 @@ package lockmap
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +48,12 @@ type Doorbell struct {
 	timer    *time.Timer
 	patience time.Duration
 	launch   []*bellGroup
+
+	// Go, if set, runs the functions of operations that have to wait, each
+	// on a goroutine; nil: a new goroutine each. An event loop gives its
+	// pool of goroutines kept for reuse, whose stacks have already grown
+	// along an acquire's path.
+	Go func(f func())
 }
 
 // bellGroup is what is pending for one memory-node membership.
@@ -338,150 +343,99 @@ func (d *Doorbell) complete(g *bellGroup, err error) {
 	d.spare = append(d.spare, g)
 }
 
-// AcquireAsync is Acquire for one key, exclusive, with its atomic in d. done
-// is called exactly once with what Acquire would have returned for the key:
-// during d's Ring when the memory node's answer settles the acquire, or
-// from a goroutine of its own when it has to wait. Anything unusual (a
-// reentrant refresh, another token's shadow here, a lease that needs a
-// push) takes Acquire's blocking path on that goroutine, under ctx, which
-// therefore must allow waiting (not a NoWait context).
+// AcquireAsync is Acquire for one key, exclusive, with its atomic in d: the
+// doorbell driver of an acquisition (acquire.go). done is called exactly
+// once with what AcquireKey would have returned: during d's Ring when the
+// memory node's answer settles the acquire, or later from a goroutine
+// (Doorbell.Go) once it has to wait in the queue. What the doorbell cannot
+// carry (a shared or reentrant acquire, a routed key, another token's
+// shadow here, a rejoin, a lease that needs a push) goes on as it stands
+// on such a goroutine, under ctx, which therefore must allow waiting (not
+// a NoWait context). Nothing is asked of the memory node twice.
 func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, opt AcquireOptions, done func(fence uint64, ok bool, err error)) {
-	if m.draining.Load() {
-		done(0, false, ErrDraining)
-		return
-	}
-	blocking := func() {
-		go func() {
-			done(m.AcquireKey(ctx, key, token, opt))
-		}()
-	}
-	if opt.Mode == 0 {
-		opt.Mode = shiftlock.Exclusive
-	}
-	if opt.Mode != shiftlock.Exclusive || opt.TTL < 0 {
-		blocking()
-		return
-	}
-	if h := m.find(key, token); h != nil {
-		if opt.Reentrant {
-			blocking()
-		} else {
-			done(0, false, nil) // Redis SET NX on an existing key: not set
-		}
-		return
-	}
-	start := time.Now()
-	ws := m.wants(nil, []string{key})
-	w := ws[0]
-	dom := w.dom
-	tag := tagFor(dom, key, token)
-	if tag != 0 {
-		if m.routerOf(w.di, dom) != nil && opt.TTL > 0 && opt.Wait > 0 {
-			blocking() // routed: waits for messages (route.go)
-			return
-		}
-		if m.heldByOther(key, token) {
-			blocking()
-			return
-		}
-	}
-	if dom.Lease != nil {
-		if err := dom.Lease.Valid(); err != nil {
-			done(0, false, err)
-			return
-		}
-	}
-	report := func(fence uint64, ok, queued bool, err error) {
-		if m.cfg.OnAcquire != nil {
-			m.cfg.OnAcquire(opt.Mode, time.Since(start), queued, ok)
-		}
-		done(fence, ok, err)
-	}
-	var deadline time.Time
-	if opt.Wait > 0 {
-		deadline = start.Add(opt.Wait)
-	}
-	g := d.group(dom)
-	s, err := dom.Client.BeginExclusive(&g.b, w.entry, tag, opt.Wait == 0)
-	if err != nil {
+	a := &acquisition{}
+	a.kbuf[0] = key
+	if err := a.begin(m, a.kbuf[:], token, opt, a.fbuf[:], false); err != nil {
 		done(0, false, err)
 		return
 	}
-	g.ends = append(g.ends, bellEnd{f: func(postErr error) {
-		guard, wait, err := s.End(postErr)
-		switch {
-		case err != nil:
-			if membershipGone(err) && !deadline.IsZero() {
-				blocking() // the blocking path waits for the rejoin within the budget
-				return
-			}
-			report(0, false, false, err)
-		case guard != nil:
-			m.admitAsync(ctx, key, token, opt, deadline, tag, ws, dom, guard, false, report, blocking)
-		case !wait && tag == 0:
-			report(0, false, false, nil)
-		case !wait:
-			// Held, try-only, tagged: ask the queue whether its owner is ours
-			// (messages, and a short grace for a fresh holder).
-			go func() {
-				if tok, same := dom.Client.QueryOwner(ctx, w.entry, s.Entry().Tail(), tag, tagGrace); same {
-					var f [1]uint64
-					ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, nil, tok+1, f[:], time.Time{})
-					report(f[0], ok, false, err)
-					return
-				}
-				report(0, false, false, nil)
-			}()
-		default:
-			go func() {
-				guard, err := s.Wait(m.waitContext(ctx, deadline, opt.Queue))
-				if err != nil {
-					if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-						err = nil // budget spent: "not acquired"
-					}
-					report(0, false, true, err)
-					return
-				}
-				m.admitAsync(ctx, key, token, opt, deadline, tag, ws, dom, guard, true, report, nil)
-			}()
+	finish := func(ok bool, err error) {
+		ok, err = a.report(ok, err)
+		done(a.fbuf[0], ok, err)
+	}
+	if a.settled {
+		finish(a.ok, a.err)
+		return
+	}
+	if a.opt.Mode != shiftlock.Exclusive || len(a.refresh) > 0 {
+		d.spawn(func() { finish(a.run(ctx)) })
+		return
+	}
+	w := a.fresh[0]
+	if a.tag != 0 && (a.othersHere || (m.routerOf(w.di, w.dom) != nil && a.opt.TTL > 0 && a.opt.Wait > 0)) {
+		d.spawn(func() { finish(a.run(ctx)) }) // a shadow to wait for, or routed: messages (route.go)
+		return
+	}
+	if w.dom.Lease != nil {
+		if err := w.dom.Lease.Valid(); err != nil {
+			finish(false, err)
+			return
 		}
-	}})
+	}
+	g := d.group(w.dom)
+	s, err := w.dom.Client.BeginExclusive(&g.b, w.entry, a.tag, a.deadline.IsZero())
+	if err != nil {
+		finish(false, err)
+		return
+	}
+	g.ends = append(g.ends, bellEnd{f: func(postErr error) { a.landed(ctx, d, s, postErr, finish) }})
 }
 
-// admitAsync admits a grant of AcquireAsync (admit). On the caller's
-// goroutine it may not block: if the lease needs a push, or another token's
-// shadow appeared, the grant is admitted on a goroutine instead, where
-// admit may wait. blocking is nil when the caller already runs on one.
-func (m *Map) admitAsync(ctx context.Context, key, token string, opt AcquireOptions, deadline time.Time, tag uint64, ws []want,
-	dom *Domain, guard *shiftlock.Guard, queued bool, report func(uint64, bool, bool, error), blocking func()) {
-	gr := m.newGrant(dom, ws[0].di, ws[0].entry, opt.Mode, guard)
-	run := func(ctx context.Context) {
-		var f [1]uint64
-		ok, err := m.admit(ctx, []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:], time.Time{})
-		report(f[0], ok, queued, err)
+// landed goes on with a doorbell acquisition once its batch is answered,
+// on the doorbell's owner, which it must not block.
+func (a *acquisition) landed(ctx context.Context, d *Doorbell, s *shiftlock.Start, postErr error, finish func(bool, error)) {
+	m, w := a.m, a.fresh[0]
+	guard, wait, err := s.End(postErr)
+	switch {
+	case err != nil:
+		if membershipGone(err) && !a.deadline.IsZero() {
+			d.spawn(func() { finish(a.run(ctx)) }) // run waits for the rejoin within the budget
+			return
+		}
+		finish(false, err)
+	case guard != nil:
+		a.got = append(a.got, m.newGrant(w.dom, w.di, w.entry, a.opt.Mode, guard))
+		ok, err := a.admit(ctx, false)
+		if err == errWouldWait {
+			d.spawn(func() { finish(a.admit(ctx, true)) })
+			return
+		}
+		finish(ok, err)
+	case !wait && a.tag == 0:
+		finish(false, nil)
+	case !wait:
+		// Held, try-only, tagged: ask the queue whether its owner is ours
+		// (messages, and a short grace for a fresh holder).
+		d.spawn(func() {
+			if tok, same := w.dom.Client.QueryOwner(ctx, w.entry, s.Entry().Tail(), a.tag, tagGrace); same {
+				a.shadow = tok + 1
+				finish(a.admit(ctx, true))
+				return
+			}
+			finish(false, nil)
+		})
+	default:
+		d.spawn(func() { finish(a.wait(ctx, s)) })
 	}
-	if blocking == nil {
-		run(ctx)
+}
+
+// spawn runs f, which may block, on a goroutine: Go's, or a new one.
+func (d *Doorbell) spawn(f func()) {
+	if d.Go != nil {
+		d.Go(f)
 		return
 	}
-	var end time.Time
-	if opt.TTL > 0 {
-		end = time.Now().Add(opt.TTL)
-	}
-	if (dom.Lease != nil && !dom.Lease.Covers(end, opt.TTL)) || m.heldByOther(key, token) {
-		go run(ctx)
-		return
-	}
-	// Under NoWait, admit cannot block even if another token's shadow
-	// slipped in since the check; it then gives the grant back, and the
-	// acquire starts over where it may wait.
-	var f [1]uint64
-	ok, err := m.admit(NoWait(ctx), []string{key}, token, opt, deadline, tag, ws, nil, []*grant{gr}, 0, f[:], time.Time{})
-	if errors.Is(err, ErrWouldBlock) {
-		blocking()
-		return
-	}
-	report(f[0], ok, queued, err)
+	go f()
 }
 
 // waitContext is the context a queued acquire waits under: the wait

@@ -130,3 +130,72 @@ func networkMap(t *testing.T, cfg shiftlock.Config) (*lockmap.Map, *tcpfab.Endpo
 	t.Cleanup(m.Close)
 	return m, ep
 }
+
+// TestAcquireKeyOnLoop: the event-loop driver answers a free key and a
+// try-once in place; a held key with a budget is queued with its one
+// atomic and handed the lock off the loop (Queued.Wait), or told "not
+// acquired" when its budget runs out; a reentrant acquire it cannot do
+// without blocking is refused with ErrWouldBlock, leaving nothing held.
+func TestAcquireKeyOnLoop(t *testing.T) {
+	a, b := embeddedPair(t)
+	c := ctx(t)
+	f1, ok, q, err := a.AcquireKeyOnLoop(c, "k", "t1", excl(time.Minute, time.Second))
+	if !ok || err != nil || q != nil || f1 == 0 {
+		t.Fatalf("free key: fence %d ok %v queued %v err %v", f1, ok, q != nil, err)
+	}
+	if _, ok, q, err := a.AcquireKeyOnLoop(c, "k", "t2", excl(time.Minute, 0)); ok || err != nil || q != nil {
+		t.Fatalf("held key, try-once: ok %v queued %v err %v", ok, q != nil, err)
+	}
+	ep := a.Domains()[0].Client.Endpoint()
+	before := ep.Counters().Snapshot()
+	_, ok, q, err = a.AcquireKeyOnLoop(c, "k", "t2", excl(time.Minute, time.Minute))
+	if ok || err != nil || q == nil {
+		t.Fatalf("held key with a budget: ok %v queued %v err %v, want queued", ok, q != nil, err)
+	}
+	if d := ep.Counters().Snapshot().Sub(before); d.OutAtomics() != 1 {
+		t.Fatalf("queueing cost %d atomics, want 1", d.OutAtomics())
+	}
+	type answer struct {
+		fence uint64
+		ok    bool
+		err   error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		f, ok, err := q.Wait(c)
+		got <- answer{f, ok, err}
+	}()
+	if !a.Release("k", "t1") {
+		t.Fatal("release")
+	}
+	r := <-got
+	if !r.ok || r.err != nil || r.fence <= f1 {
+		t.Fatalf("handed over: %+v, want a fence above %d", r, f1)
+	}
+	if in, err := a.Lookup(c, "k"); err != nil || in.State != lockmap.HeldHere || in.Holders[0].Token != "t2" {
+		t.Fatalf("after the handover: %+v %v", in, err)
+	}
+	// A budget that runs out: "not acquired", and the queue is left clean:
+	// the abandoned place passes the lock on in the background, and another
+	// proxy gets the key once t2 lets go.
+	_, _, q, err = a.AcquireKeyOnLoop(c, "k", "t3", excl(time.Minute, 20*time.Millisecond))
+	if q == nil || err != nil {
+		t.Fatalf("second waiter: queued %v err %v", q != nil, err)
+	}
+	if _, ok, err := q.Wait(c); ok || err != nil {
+		t.Fatalf("budget spent: ok %v err %v, want not acquired", ok, err)
+	}
+	// Reentrant refresh of the holder's own key needs no wait here: done in
+	// place. Reentrant on a held key of another token with a budget queues.
+	opt := excl(time.Minute, time.Second)
+	opt.Reentrant = true
+	if _, ok, q, err := a.AcquireKeyOnLoop(c, "k", "t2", opt); !ok || err != nil || q != nil {
+		t.Fatalf("reentrant refresh: ok %v queued %v err %v", ok, q != nil, err)
+	}
+	if !a.Release("k", "t2") {
+		t.Fatal("release t2")
+	}
+	if _, ok, err := b.AcquireKey(c, "k", "t4", excl(time.Minute, 10*time.Second)); !ok || err != nil {
+		t.Fatalf("another proxy after the releases: ok %v err %v", ok, err)
+	}
+}

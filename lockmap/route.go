@@ -354,11 +354,11 @@ func (r *router) lock(ctx context.Context, entry, tag uint64, deadline time.Time
 		// The home is gone, or not a router after all: take the lock here.
 		// Owner recognition still finds the token's other requests.
 		r.m.rstats.Fallbacks.Add(1)
-		sg, _, waited, err := r.m.lockEntry(ctx, r.dom, entry, shiftlock.Exclusive, deadline, tag, queue)
-		if err != nil || sg == nil {
-			return nil, waited, err
+		got, err := r.m.lockEntry(ctx, r.dom, entry, shiftlock.Exclusive, deadline, tag, queue, false)
+		if err != nil || got.g == nil {
+			return nil, got.waited, err
 		}
-		return r.m.newGrant(r.dom, r.di, entry, shiftlock.Exclusive, sg), waited, nil
+		return r.m.newGrant(r.dom, r.di, entry, shiftlock.Exclusive, got.g), got.waited, nil
 	}
 	return g, waited, err
 }
@@ -554,11 +554,12 @@ func (r *router) onAcquire(from rdma.NodeID, msg routeMsg) {
 // waiters. With mine, the caller is one of them and gets a reference too.
 func (r *router) take(ctx context.Context, e *homeEntry, deadline time.Time,
 	queue func(context.Context) (context.Context, func()), mine bool) (*grant, bool, error) {
-	sg, _, waited, err := r.m.lockEntry(ctx, r.dom, e.key.entry, shiftlock.Exclusive, deadline, e.key.tag, queue)
+	got, err := r.m.lockEntry(ctx, r.dom, e.key.entry, shiftlock.Exclusive, deadline, e.key.tag, queue, false)
+	waited := got.waited
 	var gr *grant
-	if err == nil && sg != nil {
+	if err == nil && got.g != nil {
 		r.m.rstats.HomeAcquires.Add(1)
-		gr = r.m.newGrant(r.dom, r.di, e.key.entry, shiftlock.Exclusive, sg)
+		gr = r.m.newGrant(r.dom, r.di, e.key.entry, shiftlock.Exclusive, got.g)
 		gr.home = e // its references are set below, one per waiter
 	}
 	r.mu.Lock()

@@ -215,13 +215,14 @@ func keyToken(key, token []byte) (string, string) {
 	return kt[:len(key)], kt[len(key):]
 }
 
-// acquire takes key for token and has reply answer. On the event loop with
-// memory nodes across the network (where every verb is a round trip), an
-// exclusive acquire starts on the loop's doorbell and its reply is
-// deferred: the loop rings the doorbell once for every command it read in
-// one pass, and renders the reply when the acquire is done. Otherwise it
-// runs here, under the connection's context (NoWait on the loop: a wait
-// then runs the command again on a goroutine).
+// acquire takes key for token and has reply answer. On the event loop an
+// exclusive acquire starts on the loop's doorbell (Map.AcquireAsync). With
+// memory nodes across the network (where every verb is a round trip) its
+// reply is deferred: the loop rings the doorbell once for every command it
+// read in one pass, and renders the reply when the acquire is done. An
+// in-process memory node's doorbell is rung here (acquireInline).
+// Otherwise the acquire runs here, under the connection's context (NoWait
+// on the loop: a wait then runs the command again on a goroutine).
 func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answer func(w *replyWriter, fence uint64, ok bool, err error)) {
 	m := st.srv.cfg.Map
 	reply := func(w *replyWriter, fence uint64, ok bool, err error) {
@@ -230,7 +231,11 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 		}
 		answer(w, fence, ok, err)
 	}
-	if st.bell != nil && opt.Mode == shiftlock.Exclusive && !m.Inline() {
+	if st.bell != nil && opt.Mode == shiftlock.Exclusive {
+		if st.inline {
+			st.acquireInline(key, token, opt, reply)
+			return
+		}
 		st.deferred = true
 		done := st.done
 		offLoop.Add(1)
@@ -246,6 +251,32 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 		return
 	}
 	reply(&st.w, fence, ok, err)
+}
+
+// acquireInline is acquire on the loop over in-process memory nodes
+// (Map.AcquireKeyOnLoop): an acquire that found the entry free, or that
+// tried once, is answered here, as a command that ran on the loop. One
+// that queued behind a holder has its atomic in the queue already: it
+// waits for the handover on a goroutine, and its reply is deferred. It is
+// not run again; a held key costs the one atomic that enqueues.
+func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions, reply func(*replyWriter, uint64, bool, error)) {
+	fence, ok, q, err := st.srv.cfg.Map.AcquireKeyOnLoop(st.base, key, token, opt)
+	if q == nil {
+		if errors.Is(err, lockmap.ErrWouldBlock) {
+			st.lockErr(err)
+			return
+		}
+		reply(&st.w, fence, ok, err)
+		return
+	}
+	st.deferred = true
+	done, ctx := st.done, st.base
+	offLoop.Add(1)
+	st.srv.waiters.run(func() {
+		fence, ok, err := q.Wait(ctx)
+		offLoop.Add(-1)
+		done(func(w *replyWriter) { reply(w, fence, ok, err) })
+	})
 }
 
 // release releases key for token: through the loop's doorbell when there is

@@ -23,15 +23,19 @@ import (
 //   - commands that do not touch the lock table run on the loop;
 //   - lock commands run on the loop too, under lockmap.NoWait, with the
 //     loop's doorbell (loopBell): a release posts its atomic on the
-//     doorbell; with memory nodes across the network, an exclusive acquire
-//     starts on the doorbell and defers its reply, and the loop rings the
-//     doorbell once after every pass, so that the atomics of all the
-//     commands of a pass share one round trip to the memory node;
-//   - a lock command that would have to wait answers ErrWouldBlock (a held
-//     key with a wait budget on an in-process memory node, a verb on a
-//     network one that the doorbell does not carry): its reply is dropped
-//     and it runs again from the start on a goroutine, on a state of its
-//     own, where it may wait.
+//     doorbell, and an exclusive acquire starts on it
+//     (lockmap.AcquireAsync). With memory nodes across the network its
+//     reply is deferred, and the loop rings the doorbell once after every
+//     pass, so that the atomics of all the commands of a pass share one
+//     round trip to the memory node. An in-process memory node's doorbell
+//     rings at once: the acquire is answered in place unless it queued
+//     behind a holder, and then it waits for the handover on a goroutine,
+//     its reply deferred;
+//   - any other lock command that would have to wait (a shared or
+//     multi-key acquire on a held key, a script's, a verb on a network
+//     memory node that the doorbell does not carry) answers ErrWouldBlock:
+//     its reply is dropped and it runs again from the start on a
+//     goroutine, on a state of its own, where it may wait.
 //
 // A connection never waits behind itself (replyq.go): while one of its
 // commands waits, deferred or on its goroutine, the loop goes on with the
@@ -127,6 +131,7 @@ type loopBell struct {
 
 func (s *Server) newLoopBell(schedule func(func())) *loopBell {
 	b := &loopBell{d: s.cfg.Map.NewDoorbell(), inline: s.cfg.Map.Inline()}
+	b.d.Go = s.waiters.run // an acquire that has to wait waits on a kept goroutine
 	// A late answer comes back through schedule: count it out once it is in.
 	b.schedule = func(f func()) { schedule(func() { f(); b.track() }) }
 	return b
@@ -435,14 +440,12 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			s.run(st, c, args)
 		default:
 			mark, ops := len(st.w.b), lc.bell.d.Len()
-			st.ctx, st.blocked, st.bell = lc.nowait, false, lc.bell.d
-			if !lc.bell.inline {
-				// A deferred acquire reports to the entry it will get.
-				if lc.next == nil {
-					lc.next = newPending(st.conn, lc.wake)
-				}
-				st.done, st.queueHook = lc.next.done, lc.next.queueHook
+			st.ctx, st.blocked, st.bell, st.inline = lc.nowait, false, lc.bell.d, lc.bell.inline
+			// A deferred acquire reports to the entry it will get.
+			if lc.next == nil {
+				lc.next = newPending(st.conn, lc.wake)
 			}
+			st.done, st.queueHook = lc.next.done, lc.next.queueHook
 			s.run(st, c, args)
 			st.ctx, st.bell, st.done, st.queueHook = st.base, nil, nil, st.conn.queueHook
 			if lc.bell.inline {

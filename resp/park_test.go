@@ -35,7 +35,7 @@ func TestIdleLoopLeavesItsP(t *testing.T) {
 		_, _ = holder.Write([]byte(respCmd("DEL", "k")))
 		readReplies(t, waiter, 1)
 	}()
-	for s.offloaded.Load() == 0 { // the waiter's acquire is on its goroutine
+	for s.blocked.Load() == 0 { // the waiter's acquire is queued, on its goroutine
 		time.Sleep(time.Millisecond)
 	}
 	header := regexp.MustCompile(`^goroutine \d+ \[([^\],]+)`)

@@ -400,10 +400,13 @@ type connState struct {
 	// lockmap.ErrWouldBlock: the command must run again where it may wait.
 	blocked bool
 	// bell, while a command runs on the event loop, is the loop's doorbell:
-	// releases post their atomic on it, and on a memory node across the
-	// network an acquire starts on it and defers its reply (deferred; done
-	// hands the reply over once the acquire is done).
+	// releases post their atomic on it, and an exclusive acquire starts on
+	// it. One that is not done when its command returns defers its reply
+	// (deferred; done hands the reply over once the acquire is done).
+	// inline: the doorbell's memory nodes are in-process, so it is rung at
+	// once and an acquire that does not wait is answered in place.
 	bell     *lockmap.Doorbell
+	inline   bool
 	deferred bool
 	done     func(render func(*replyWriter))
 	// queueHook is the lockmap Queue hook lock commands pass: the

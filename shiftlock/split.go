@@ -68,13 +68,48 @@ func (s *Start) End(postErr error) (g *Guard, wait bool, err error) {
 		}
 		return s.g, false, nil
 	}
-	if s.e.Tail().IsZero() && s.e.Readers() == 0 {
-		s.g.curRel, s.g.epoch = s.e.RelCnt(), s.e.Epoch()
-		c.stats.Immediate.Add(1)
-		c.granted(s.g)
+	if c.enqueuedFree(s.g, s.e) {
 		return s.g, false, nil
 	}
 	return nil, true, nil
+}
+
+// enqueuedFree completes an enqueue whose atomic found e, if the entry was
+// free: then g holds it.
+func (c *Client) enqueuedFree(g *Guard, e Entry) bool {
+	if !e.Tail().IsZero() || e.Readers() != 0 {
+		return false
+	}
+	g.curRel, g.epoch = e.RelCnt(), e.Epoch()
+	c.stats.Immediate.Add(1)
+	c.granted(g)
+	return true
+}
+
+// EnqueueExclusive is the first half of AcquireExclusiveTagged, for a
+// caller that must not block, such as an event loop on an in-process
+// memory node: it posts the enqueuing atomic and returns the guard if the
+// entry was free, or else a Start whose Wait finishes the acquisition
+// where blocking is allowed. The atomic is the one AcquireExclusiveTagged
+// posts; nothing is asked twice.
+func (c *Client) EnqueueExclusive(i, tag uint64) (*Guard, *Start, error) {
+	if err := c.checkEntry(i); err != nil {
+		return nil, nil, err
+	}
+	g, err := c.openWriter(i, tag)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmp, cmpMask, swap, swapMask := g.enqueueVerb(false)
+	old, err := c.ep.MaskedCAS128(context.Background(), c.layout.EntryAddr(i), cmp, cmpMask, swap, swapMask)
+	if err != nil {
+		c.unopen(g)
+		return nil, nil, err
+	}
+	if e := Entry(old); !c.enqueuedFree(g, e) {
+		return nil, &Start{c: c, g: g, e: e}, nil
+	}
+	return g, nil, nil
 }
 
 // Entry is the entry as the start's atomic found it.
