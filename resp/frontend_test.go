@@ -294,3 +294,38 @@ func networkMap(t *testing.T, cfg shiftlock.Config) (*lockmap.Map, *tcpfab.Endpo
 	t.Cleanup(m.Close)
 	return m, ep
 }
+
+// TestWaitingAcquireEnqueuesOnce: on both front ends over the embedded
+// memory node, a SET NX that waits for a holder costs one atomic (the
+// enqueue), is handed the lock when the holder lets go, and the commands
+// pipelined behind it are answered after it, in order.
+func TestWaitingAcquireEnqueuesOnce(t *testing.T) {
+	for _, fe := range frontends {
+		t.Run(fe, func(t *testing.T) {
+			s, ep := loopServerEP(t, func(c *Config) { c.Frontend = fe })
+			addr := serve(t, s)
+			holder, waiter := dial(t, addr), dial(t, addr)
+			send := func(c net.Conn, in string) {
+				t.Helper()
+				if _, err := c.Write([]byte(in)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			send(holder, respCmd("SET", "k", "holder", "NX", "PX", "60000"))
+			if got := readReplies(t, holder, 1); got[0] != "+OK\r\n" {
+				t.Fatalf("holder: %q", got)
+			}
+			before := ep.Counters().Snapshot()
+			send(waiter, respCmd("SET", "k", "waiter", "NX", "PX", "60000")+respCmd("PING"))
+			awaitBlocked(t, s, 1)
+			if d := ep.Counters().Snapshot().Sub(before); d.OutAtomics() != 1 {
+				t.Fatalf("a waiting SET NX cost %d atomics (%v), want 1", d.OutAtomics(), d.Out)
+			}
+			send(holder, respCmd("DEL", "k"))
+			readReplies(t, holder, 1)
+			if got := readReplies(t, waiter, 2); strings.Join(got, "") != "+OK\r\n+PONG\r\n" {
+				t.Fatalf("waiter: %q", got)
+			}
+		})
+	}
+}

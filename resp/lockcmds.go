@@ -215,14 +215,16 @@ func keyToken(key, token []byte) (string, string) {
 	return kt[:len(key)], kt[len(key):]
 }
 
-// acquire takes key for token and has reply answer. On the event loop an
-// exclusive acquire starts on the loop's doorbell (Map.AcquireAsync). With
-// memory nodes across the network (where every verb is a round trip) its
-// reply is deferred: the loop rings the doorbell once for every command it
-// read in one pass, and renders the reply when the acquire is done. An
-// in-process memory node's doorbell is rung here (acquireInline).
-// Otherwise the acquire runs here, under the connection's context (NoWait
-// on the loop: a wait then runs the command again on a goroutine).
+// acquire takes key for token and has reply answer. Over in-process memory
+// nodes, on the event loop or a redcon connection's goroutine, an
+// exclusive acquire is answered here or, queued behind a holder, deferred
+// (acquireInline). On the event loop with memory nodes across the network
+// (where every verb is a round trip) it starts on the loop's doorbell
+// (Map.AcquireAsync) and its reply is deferred: the loop rings the
+// doorbell once for every command it read in one pass, and renders the
+// reply when the acquire is done. Otherwise the acquire runs here, under
+// the connection's context (NoWait on the loop: a wait then runs the
+// command again on a goroutine).
 func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answer func(w *replyWriter, fence uint64, ok bool, err error)) {
 	m := st.srv.cfg.Map
 	reply := func(w *replyWriter, fence uint64, ok bool, err error) {
@@ -231,11 +233,11 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 		}
 		answer(w, fence, ok, err)
 	}
+	if st.inline && opt.Mode == shiftlock.Exclusive {
+		st.acquireInline(key, token, opt, reply)
+		return
+	}
 	if st.bell != nil && opt.Mode == shiftlock.Exclusive {
-		if st.inline {
-			st.acquireInline(key, token, opt, reply)
-			return
-		}
 		st.deferred = true
 		done := st.done
 		offLoop.Add(1)

@@ -132,6 +132,10 @@ type rconn struct {
 	nc     net.Conn
 	st     *connState
 	nowait context.Context // st's context under lockmap.NoWait
+	inline bool            // the map's memory nodes are in-process
+	// next is the entry a deferred acquire of the next lock command gets
+	// (connState.acquireInline).
+	next *pending
 
 	mu     sync.Mutex
 	q      replyQueue
@@ -161,7 +165,7 @@ func (rc *rconn) wake() {
 // replies, until the connection ends.
 func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 	s := f.s
-	rc := &rconn{nc: nc, st: st, nowait: lockmap.NoWait(st.base), settled: make(chan struct{}, 1)}
+	rc := &rconn{nc: nc, st: st, nowait: lockmap.NoWait(st.base), inline: s.cfg.Map.Inline(), settled: make(chan struct{}, 1)}
 	defer func() {
 		rc.mu.Lock()
 		rc.closed = true
@@ -258,13 +262,27 @@ func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
 		default:
 			rc.settle(c, args)
 			mark := len(st.w.b)
-			st.ctx, st.blocked = rc.nowait, false
+			if rc.next == nil {
+				rc.next = newPending(st.conn, rc.wake)
+			}
+			st.ctx, st.blocked, st.inline = rc.nowait, false, rc.inline
+			st.done, st.queueHook = rc.next.done, rc.next.queueHook
 			s.run(st, c, args)
-			st.ctx = st.base
+			st.ctx, st.inline, st.done, st.queueHook = st.base, false, nil, st.conn.queueHook
 			if st.blocked {
 				st.blocked = false
 				st.w.b = st.w.b[:mark]
 				f.offload(rc, c, args)
+			} else if st.deferred {
+				// An acquire queued in its lock: its reply comes when it is
+				// handed the lock, and the replies behind it wait for it.
+				st.deferred = false
+				p := rc.next
+				rc.next = nil
+				p.resp3, p.keys = st.w.resp3, keysOf(c, args)
+				rc.mu.Lock()
+				rc.q.push(p, &st.w)
+				rc.mu.Unlock()
 			}
 		}
 		s.onCommand(name)

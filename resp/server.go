@@ -400,11 +400,13 @@ type connState struct {
 	// lockmap.ErrWouldBlock: the command must run again where it may wait.
 	blocked bool
 	// bell, while a command runs on the event loop, is the loop's doorbell:
-	// releases post their atomic on it, and an exclusive acquire starts on
-	// it. One that is not done when its command returns defers its reply
-	// (deferred; done hands the reply over once the acquire is done).
-	// inline: the doorbell's memory nodes are in-process, so it is rung at
-	// once and an acquire that does not wait is answered in place.
+	// releases post their atomic on it, and over memory nodes across the
+	// network an exclusive acquire starts on it. inline, while a lock
+	// command runs under NoWait: the memory nodes are in-process, and an
+	// exclusive acquire that has to wait queues from here
+	// (Map.AcquireKeyOnLoop). An acquire that is not done when its command
+	// returns defers its reply (deferred; done hands the reply over once
+	// the acquire is done).
 	bell     *lockmap.Doorbell
 	inline   bool
 	deferred bool

@@ -36,6 +36,11 @@
 # PAPER_SERIES, PAPER_LOOKUP (0; 1 adds the artifact's ZRANK lookup),
 # SAFETY_SERIES, SAFETY_TTL (10ms), OUT (out/bench-bank),
 # DOC (docs/benchmarks/smallbank.md), IMG (docs/img).
+#
+# A/B: BASE_PROXY=<a proxy binary> starts one more embedded proxy from it,
+# the series base-embedded (add it to SERIES), so that a build is compared
+# with another in the same rounds. A binary older than -state-dir can be
+# wrapped in a script that drops that flag.
 set -uo pipefail
 cd "$(dirname "$0")/../.." # the repository root: bin/, docs/ and out/ live there
 
@@ -87,6 +92,10 @@ for i in 1 2 3; do
 	ROUTED+=("$ADDR"); ROUTED_PIDS+=("$PID")
 done
 start_listener proxy-embedded bin/proxy -listen 127.0.0.1:0 -metrics "" -log-level warn -state-dir "$(state_dir proxy)" || exit 1; EMBEDDED=$ADDR; EMBEDDED_PID=$PID
+BASE=; BASE_PID=
+if [ -n "${BASE_PROXY:-}" ]; then
+	start_listener base-embedded "$BASE_PROXY" -listen 127.0.0.1:0 -metrics "" -log-level warn -state-dir "$(state_dir base)" || exit 1; BASE=$ADDR; BASE_PID=$PID
+fi
 # Null lock servers (null, null-3): the proxy's RESP front end (gnet, one
 # event loop, redcon's parser) answering SET with +OK and the release script
 # with 1, locking nothing. What redsync reaches against them is the most any
@@ -120,6 +129,7 @@ series_args() { # setup series -> bank run flags
 	proxy-3) echo "-locker proxy -proxy ${ROUTED[0]},${ROUTED[1]},${ROUTED[2]} -as proxy-3" ;;
 	proxy-3-unrouted) echo "-locker proxy -proxy ${PROXIES[0]},${PROXIES[1]},${PROXIES[2]} -as proxy-3-unrouted" ;;
 	proxy-embedded) echo "-locker proxy -proxy $EMBEDDED -as proxy-embedded" ;;
+	base-embedded) echo "-locker proxy -proxy ${BASE:?BASE_PROXY is not set} -as base-embedded" ;;
 	proxy-fenced) echo "-locker proxy -proxy ${PROXIES[0]} -fence" ;;
 	native) echo "-locker native -memnode $MEMNODE" ;;
 	native-fenced) echo "-locker native -memnode $MEMNODE -fence -as native-fenced" ;;
@@ -140,6 +150,7 @@ series_cpu() { # setup series -> bank run -cpu flags: the data redis-server and 
 	proxy-3) echo "-cpu lock:proxy1=${ROUTED_PIDS[0]} -cpu lock:proxy2=${ROUTED_PIDS[1]} -cpu lock:proxy3=${ROUTED_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
 	proxy-3-unrouted) echo "-cpu lock:proxy1=${PROXY_PIDS[0]} -cpu lock:proxy2=${PROXY_PIDS[1]} -cpu lock:proxy3=${PROXY_PIDS[2]} -cpu lock:memnode=$MEMNODE_PID" ;;
 	proxy-embedded) echo "-cpu lock:proxy=$EMBEDDED_PID" ;;
+	base-embedded) echo "-cpu lock:proxy=$BASE_PID" ;;
 	native | native-fenced) echo "-cpu lock:memnode=$MEMNODE_PID" ;;
 	null) echo "-cpu lock:null=${NULL_PIDS[0]}" ;;
 	null-3) echo "-cpu lock:null1=${NULL_PIDS[0]} -cpu lock:null2=${NULL_PIDS[1]} -cpu lock:null3=${NULL_PIDS[2]}" ;;

@@ -16,7 +16,7 @@ import (
 // seriesOrder is the order series appear in, left to right; others follow
 // alphabetically.
 var seriesOrder = []string{"redlock-rs", "redlock-1", "redlock-3", "redlock-5", "proxy", "proxy-3", "proxy-3-unrouted", "proxy-embedded",
-	"proxy-fenced", "native", "native-fenced", "none", "null", "null-3"}
+	"base-embedded", "proxy-fenced", "native", "native-fenced", "none", "null", "null-3"}
 
 // group is every run of one setup, mix and skew.
 type group struct {

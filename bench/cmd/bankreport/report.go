@@ -375,11 +375,15 @@ func comparisons(g *group) [][2]string {
 		}
 	}
 	for _, base := range []string{"redlock-1", "redlock-3"} {
-		for _, s := range []string{"proxy", "proxy-3", "proxy-3-unrouted", "proxy-embedded", "native"} {
+		for _, s := range []string{"proxy", "proxy-3", "proxy-3-unrouted", "proxy-embedded", "base-embedded", "native"} {
 			if has(s) && has(base) {
 				out = append(out, [2]string{s, base})
 			}
 		}
+	}
+	// An A/B (bench-bank.sh's BASE_PROXY): this build against another.
+	if has("proxy-embedded") && has("base-embedded") {
+		out = append(out, [2]string{"proxy-embedded", "base-embedded"})
 	}
 	if has("native") && has("none") {
 		out = append(out, [2]string{"native", "none"})
