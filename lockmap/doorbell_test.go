@@ -305,3 +305,52 @@ func TestDoorbellMutualExclusion(t *testing.T) {
 		t.Fatalf("%d times two clients were inside one key", bad.Load())
 	}
 }
+
+// TestDoorbellHandsOn: what a doorbell cannot carry goes on as it stands
+// on a goroutine (Doorbell.Go), and is answered as AcquireKey would: a
+// reentrant refresh keeps its fence and needs no atomic, a shared acquire
+// takes its entry once, and a key the token holds is refused at once.
+func TestDoorbellHandsOn(t *testing.T) {
+	m, _ := embeddedPair(t)
+	c := ctx(t)
+	ep := m.Domains()[0].Client.Endpoint()
+	f1, ok, err := m.AcquireKey(c, "r", "me", excl(time.Second, 0))
+	if !ok || err != nil {
+		t.Fatal("setup", ok, err)
+	}
+	d := m.NewDoorbell()
+	var spawned atomic.Int32
+	d.Go = func(f func()) { spawned.Add(1); go f() }
+	ask := func(key, token string, opt lockmap.AcquireOptions) outcome {
+		t.Helper()
+		ch := make(chan outcome, 1)
+		m.AcquireAsync(d, c, key, token, opt, func(f uint64, ok bool, err error) { ch <- outcome{f, ok, err} })
+		d.Ring(c)
+		return <-ch
+	}
+	before := ep.Counters().Snapshot()
+	re := excl(time.Minute, time.Second)
+	re.Reentrant = true
+	if o := ask("r", "me", re); !o.ok || o.err != nil || o.fence != f1 {
+		t.Fatalf("reentrant refresh: %+v, want fence %d", o, f1)
+	}
+	if in, err := m.Lookup(c, "r"); err != nil || in.Holders[0].TTL < 30*time.Second {
+		t.Fatalf("the refresh did not reset the TTL: %+v %v", in, err)
+	}
+	if d := ep.Counters().Snapshot().Sub(before); d.OutAtomics() != 0 {
+		t.Fatalf("a refresh cost %d atomics", d.OutAtomics())
+	}
+	if o := ask("r", "me", excl(time.Minute, time.Second)); o.ok || o.err != nil {
+		t.Fatalf("SET NX of a key the token holds: %+v, want not set", o)
+	}
+	before = ep.Counters().Snapshot()
+	if o := ask("s", "reader", lockmap.AcquireOptions{Mode: shiftlock.Shared, TTL: time.Minute, Wait: time.Second}); !o.ok || o.err != nil {
+		t.Fatalf("shared: %+v", o)
+	}
+	if d := ep.Counters().Snapshot().Sub(before); d.OutAtomics() != 1 {
+		t.Fatalf("a shared acquire cost %d atomics, want 1", d.OutAtomics())
+	}
+	if spawned.Load() != 2 {
+		t.Fatalf("%d acquires went on on a goroutine, want 2 (the refresh, the shared)", spawned.Load())
+	}
+}
