@@ -199,3 +199,32 @@ func TestAcquireKeyOnLoop(t *testing.T) {
 		t.Fatalf("another proxy after the releases: ok %v err %v", ok, err)
 	}
 }
+
+// TestQueuedOnLoopAnnouncesItself: an acquire queued from an event loop
+// tells its predecessor at once that it follows (the Successor message),
+// before anything waits for the handover: the holder's release hands the
+// lock over without waiting for the queued acquire's goroutine to start.
+func TestQueuedOnLoopAnnouncesItself(t *testing.T) {
+	a, _ := embeddedPair(t)
+	c := ctx(t)
+	if _, ok, _, err := a.AcquireKeyOnLoop(c, "k", "holder", excl(time.Minute, 0)); !ok || err != nil {
+		t.Fatal("setup", ok, err)
+	}
+	_, _, q, err := a.AcquireKeyOnLoop(c, "k", "waiter", excl(time.Minute, time.Minute))
+	if q == nil || err != nil {
+		t.Fatalf("queued %v err %v", q != nil, err)
+	}
+	released := make(chan struct{})
+	go func() {
+		a.Release("k", "holder")
+		close(released)
+	}()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second): // a liveness bound, not a timing claim
+		t.Fatal("the release waited for the queued acquire to announce itself from its wait")
+	}
+	if _, ok, err := q.Wait(c); !ok || err != nil {
+		t.Fatalf("handed over: ok %v err %v", ok, err)
+	}
+}

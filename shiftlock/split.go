@@ -29,6 +29,7 @@ type Start struct {
 	op  int
 	try bool
 	e   Entry
+	w   *waiter // announced behind e's tail (announce)
 }
 
 // BeginExclusive adds the first atomic of an exclusive acquisition of entry
@@ -71,7 +72,16 @@ func (s *Start) End(postErr error) (g *Guard, wait bool, err error) {
 	if c.enqueuedFree(s.g, s.e) {
 		return s.g, false, nil
 	}
+	s.announce()
 	return nil, true, nil
+}
+
+// announce tells a writer's predecessor at once who its successor is, on
+// the caller that must not block, before the wait moves elsewhere.
+func (s *Start) announce() {
+	if !s.e.Tail().IsZero() {
+		s.w = s.c.announce(context.Background(), s.g, s.e)
+	}
 }
 
 // enqueuedFree completes an enqueue whose atomic found e, if the entry was
@@ -107,7 +117,9 @@ func (c *Client) EnqueueExclusive(i, tag uint64) (*Guard, *Start, error) {
 		return nil, nil, err
 	}
 	if e := Entry(old); !c.enqueuedFree(g, e) {
-		return nil, &Start{c: c, g: g, e: e}, nil
+		s := &Start{c: c, g: g, e: e}
+		s.announce()
+		return nil, s, nil
 	}
 	return g, nil, nil
 }
@@ -120,7 +132,7 @@ func (s *Start) Entry() Entry { return s.e }
 // is handed over (or a same-owner answer makes the guard pending) or ctx
 // ends, in which case the wait completes in the background.
 func (s *Start) Wait(ctx context.Context) (*Guard, error) {
-	g, err := s.c.afterEnqueue(ctx, s.g, s.e)
+	g, err := s.c.awaitTurn(ctx, s.g, s.e, s.w)
 	if errors.Is(err, errReset) {
 		// The entry was recovered while we waited: start over.
 		s.c.stats.Resets.Add(1)

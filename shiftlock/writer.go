@@ -115,28 +115,48 @@ func (g *Guard) enqueueVerb(try bool) (cmp, cmpMask, swap, swapMask rdma.U128) {
 // returned the entry's old value e: granted at once, or wait for the
 // predecessor's handover, or for the readers ahead to leave.
 func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, error) {
-	i, tag := g.entry, g.tag
+	return c.awaitTurn(ctx, g, e, nil)
+}
+
+// announce is the part of afterEnqueue that never blocks, for a writer
+// queued behind another (e.Tail): it registers the wait and tells the
+// predecessor who its successor is. A caller that must not block (an event
+// loop) announces at once and leaves the wait to a goroutine: the
+// predecessor may be releasing right now, and a release that does not know
+// its successor yet has to wait for the Successor message.
+func (c *Client) announce(ctx context.Context, g *Guard, e Entry) *waiter {
+	i, tag, pred := g.entry, g.tag, e.Tail()
 	g.curRel, g.epoch = e.RelCnt(), e.Epoch()
-	pred := e.Tail()
+	mark := c.holds.wait(i)
+	g.queuedBehind(pred)
+	w := c.newWaiter(i, e.RelCnt(), pred.Node)
+	w.mark = mark
+	// The Successor notification carries our owner tag, which is all
+	// owner recognition needs (owner.go).
+	t0 := c.traceStart()
+	c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i, Value: tag}, func(err error) {
+		// The predecessor is gone: only recovery can unblock us.
+		c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
+		w.blockerDown.Store(true)
+	})
+	c.traced(PhaseWriterNP, t0)
+	return w
+}
+
+// awaitTurn is the rest of afterEnqueue: w is announce's waiter when the
+// entry had a tail (announced here if the caller has not).
+func (c *Client) awaitTurn(ctx context.Context, g *Guard, e Entry, w *waiter) (*Guard, error) {
+	i := g.entry
+	if w == nil && !e.Tail().IsZero() {
+		w = c.announce(ctx, g, e)
+	}
+	g.curRel, g.epoch = e.RelCnt(), e.Epoch()
 	switch {
-	case !pred.IsZero():
-		mark := c.holds.wait(i)
-		g.queuedBehind(pred)
-		w := c.newWaiter(i, e.RelCnt(), pred.Node)
-		w.mark = mark
-		// The Successor notification carries our owner tag, which is all
-		// owner recognition needs (owner.go).
-		t0 := c.traceStart()
-		c.send(ctx, pred, message{Kind: msgSuccessor, U32: uint32(g.self.Target), Entry: i, Value: tag}, func(err error) {
-			// The predecessor is gone: only recovery can unblock us.
-			c.log.Warn("successor notification failed", zap.Uint64("entry", i), zap.Stringer("pred", pred), zap.Error(err))
-			w.blockerDown.Store(true)
-		})
-		c.traced(PhaseWriterNP, t0)
+	case w != nil:
 		g.waited = true
 		c.stats.Waits.Add(1)
 		qctx, stop := onQueue(ctx)
-		t0 = c.traceStart()
+		t0 := c.traceStart()
 		err := c.waitHandover(qctx, g, w)
 		if err == nil {
 			c.traced(PhaseWriterWP, t0)
