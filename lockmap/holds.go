@@ -116,11 +116,6 @@ func (m *Map) holdsOf(key, token string) (mine *hold, others bool) {
 	return mine, others
 }
 
-func (m *Map) find(key, token string) *hold {
-	mine, _ := m.holdsOf(key, token)
-	return mine
-}
-
 // setDeadline gives h a new deadline (zero: none), if h is still in force
 // now: a hold whose TTL ran out while the caller was deciding stays gone.
 func (m *Map) setDeadline(h *hold, end time.Time, ttl time.Duration) bool {

@@ -50,20 +50,6 @@ func ownerTag(key, token string) uint64 {
 // with a 2 ms grace, although the same client held the key).
 var tagGrace = shiftlock.OwnerAnswerCap // a variable for tests only
 
-// heldByOther reports whether key has a hold of another token here.
-func (m *Map) heldByOther(key, token string) bool {
-	s := m.shard(key)
-	s.mu.Lock()
-	hs, reaped := s.current(key)
-	other := false
-	for _, h := range hs {
-		other = other || h.token != token
-	}
-	s.mu.Unlock()
-	m.reaped(reaped)
-	return other
-}
-
 // awaitOthersGone waits until no key has a hold of another token here, or
 // until deadline. Such holds are shadows whose client is letting go; the
 // wait ends as soon as one goes (the shard's removals signal it), so that a
