@@ -80,7 +80,7 @@ func (a *acquisition) drive(ctx context.Context, m *Map, keys []string, token st
 		return false, err
 	}
 	if a.settled {
-		return a.report(a.ok, a.err)
+		return a.report(false, a.err)
 	}
 	return a.report(a.run(ctx))
 }
@@ -136,9 +136,9 @@ type acquisition struct {
 	// waits for the handover.
 	enqueued *shiftlock.Start
 
-	// settled: begin already knows the answer (ok, err).
+	// settled: begin already knows the answer, not acquired (with err, if
+	// any): the token holds the key already.
 	settled bool
-	ok      bool
 	err     error
 	fences  []uint64 // the answer: one fencing token per key
 
@@ -173,7 +173,7 @@ func (m *Map) AcquireKeyOnLoop(ctx context.Context, key, token string, opt Acqui
 	}
 	a.queueOnLoop = true
 	if a.settled {
-		ok, err = a.report(a.ok, a.err)
+		ok, err = a.report(false, a.err)
 	} else if ok, err = a.run(ctx); err == errEnqueued {
 		return 0, false, &Queued{a}, nil // a is Queued's now
 	} else {

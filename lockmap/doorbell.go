@@ -364,7 +364,7 @@ func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, 
 		done(a.fbuf[0], ok, err)
 	}
 	if a.settled {
-		finish(a.ok, a.err)
+		finish(false, a.err)
 		return
 	}
 	if a.opt.Mode != shiftlock.Exclusive || len(a.refresh) > 0 {
