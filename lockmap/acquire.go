@@ -46,7 +46,7 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 func (m *Map) AcquireKey(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, err error) {
 	a := newAcquisition()
 	a.kbuf[0] = key
-	ok, err = a.drive(ctx, m, a.kbuf[:], token, opt, a.fbuf[:])
+	ok, err = a.drive(ctx, m, a.kbuf[:], token, opt, a.fbuf[:], false)
 	fence = a.fbuf[0]
 	a.free()
 	return fence, ok, err
@@ -56,7 +56,7 @@ func (m *Map) AcquireKey(ctx context.Context, key, token string, opt AcquireOpti
 // fences (one per key), which the caller provides.
 func (m *Map) acquire(ctx context.Context, keys []string, token string, opt AcquireOptions, fences []uint64) (bool, error) {
 	a := newAcquisition()
-	ok, err := a.drive(ctx, m, keys, token, opt, fences)
+	ok, err := a.drive(ctx, m, keys, token, opt, fences, false)
 	a.free()
 	return ok, err
 }
@@ -74,9 +74,10 @@ func (a *acquisition) free() {
 	acquisitions.Put(a)
 }
 
-// drive runs the acquisition with the blocking driver.
-func (a *acquisition) drive(ctx context.Context, m *Map, keys []string, token string, opt AcquireOptions, fences []uint64) (bool, error) {
-	if err := a.begin(m, keys, token, opt, fences, isNoWait(ctx)); err != nil {
+// drive runs the acquisition with the blocking driver or, onLoop, with the
+// one that refuses to block (Loop).
+func (a *acquisition) drive(ctx context.Context, m *Map, keys []string, token string, opt AcquireOptions, fences []uint64, onLoop bool) (bool, error) {
+	if err := a.begin(m, keys, token, opt, fences, onLoop); err != nil {
 		return false, err
 	}
 	if a.settled {
@@ -91,7 +92,7 @@ func (a *acquisition) drive(ctx context.Context, m *Map, keys []string, token st
 //
 //   - run (Acquire, AcquireKey) takes them one at a time in the global
 //     order, waiting for each within the budget;
-//   - AcquireKeyOnLoop runs it on an event loop over in-process memory
+//   - Loop.AcquireOrQueue runs it on an event loop over in-process memory
 //     nodes: a single exclusive key enqueues with its one atomic, and if
 //     it has to wait in the queue the acquisition moves to the heap
 //     (Queued) and waits off the loop;
@@ -109,10 +110,10 @@ type acquisition struct {
 	keys  []string
 	token string
 	opt   AcquireOptions
-	// onLoop: the caller must not block (an event loop; NoWait). Where run
+	// onLoop: the caller must not block (an event loop; Loop). Where run
 	// would wait, it gives back what it took and answers ErrWouldBlock.
 	onLoop bool
-	// queueOnLoop (AcquireKeyOnLoop): a single exclusive key with a budget
+	// queueOnLoop (Loop.AcquireOrQueue): a single exclusive key with a budget
 	// may enqueue on the loop instead, and wait for the handover off it.
 	queueOnLoop bool
 
@@ -132,7 +133,7 @@ type acquisition struct {
 	queued bool // waited in a lock's queue
 	paused bool // waited for something else: a rejoin, a shadow to go
 	// enqueued is the start of an acquisition an event loop queued behind
-	// a holder (AcquireKeyOnLoop): its atomic is in the queue, and Queued
+	// a holder (Loop.AcquireOrQueue): its atomic is in the queue, and Queued
 	// waits for the handover.
 	enqueued *shiftlock.Start
 
@@ -156,7 +157,7 @@ var errWouldWait = errors.New("lockmap: admission would wait")
 // behind a holder (enqueued): the caller waits for it where it may.
 var errEnqueued = errors.New("lockmap: queued behind a holder")
 
-// AcquireKeyOnLoop is AcquireKey for an event loop on in-process memory
+// AcquireOrQueue is AcquireKey for an event loop on in-process memory
 // nodes (Inline): the third driver of an acquisition, which must not
 // block. A single exclusive key with a wait budget enqueues at once, as
 // AcquireKey does, with the one atomic that grants a free entry; if the key
@@ -164,10 +165,10 @@ var errEnqueued = errors.New("lockmap: queued behind a holder")
 // the caller to Wait on where blocking is allowed. Anything else that
 // would have to wait answers ErrWouldBlock having left nothing held, to be
 // run again with AcquireKey where it may.
-func (m *Map) AcquireKeyOnLoop(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, q *Queued, err error) {
+func (l *Loop) AcquireOrQueue(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, q *Queued, err error) {
 	a := newAcquisition()
 	a.kbuf[0] = key
-	if err := a.begin(m, a.kbuf[:], token, opt, a.fbuf[:], true); err != nil {
+	if err := a.begin(l.m, a.kbuf[:], token, opt, a.fbuf[:], true); err != nil {
 		a.free()
 		return 0, false, nil, err
 	}
@@ -185,7 +186,7 @@ func (m *Map) AcquireKeyOnLoop(ctx context.Context, key, token string, opt Acqui
 }
 
 // Queued is an acquire that an event loop queued behind a holder
-// (AcquireKeyOnLoop).
+// (Loop.AcquireOrQueue).
 type Queued struct{ a *acquisition }
 
 // Wait waits for the lock to be handed over, within the acquire's budget,

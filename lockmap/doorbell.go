@@ -351,7 +351,7 @@ func (d *Doorbell) complete(g *bellGroup, err error) {
 // carry (a shared or reentrant acquire, a routed key, another token's
 // shadow here, a rejoin, a lease that needs a push) goes on as it stands
 // on such a goroutine, under ctx, which therefore must allow waiting (not
-// a NoWait context). Nothing is asked of the memory node twice.
+// a Loop). Nothing is asked of the memory node twice.
 func (m *Map) AcquireAsync(d *Doorbell, ctx context.Context, key, token string, opt AcquireOptions, done func(fence uint64, ok bool, err error)) {
 	a := &acquisition{}
 	a.kbuf[0] = key
@@ -479,20 +479,6 @@ func (m *Map) DeleteAsync(d *Doorbell, key string) int {
 	}
 	m.ended(hs, false)
 	return len(hs)
-}
-
-type doorbellKey struct{}
-
-// WithDoorbell returns a context under which Map operations that release a
-// lock as a side effect (Extend to a TTL of 0) post their atomic on d
-// instead of waiting for it.
-func WithDoorbell(ctx context.Context, d *Doorbell) context.Context {
-	return context.WithValue(ctx, doorbellKey{}, d)
-}
-
-func doorbellOf(ctx context.Context) *Doorbell {
-	d, _ := ctx.Value(doorbellKey{}).(*Doorbell)
-	return d
 }
 
 func (m *Map) releaseGrantAsync(d *Doorbell, g *grant) {

@@ -13,24 +13,27 @@ import (
 // token is a token like any other (SET k "" NX takes one), never a
 // wildcard. A non-positive TTL deletes, as PEXPIRE does in Redis.
 func (m *Map) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return m.extend(ctx, key, token, false, ttl)
+	return m.extend(ctx, nil, key, token, false, ttl)
 }
 
 // ExtendAny is Extend for every holder of key, whatever its token: Redis's
 // PEXPIRE, which names no token.
 func (m *Map) ExtendAny(ctx context.Context, key string, ttl time.Duration) (bool, error) {
-	return m.extend(ctx, key, "", true, ttl)
+	return m.extend(ctx, nil, key, "", true, ttl)
 }
 
-func (m *Map) extend(ctx context.Context, key, token string, anyHolder bool, ttl time.Duration) (bool, error) {
+// extend is Extend and ExtendAny; lp is the Loop it runs for, nil where it
+// may block.
+func (m *Map) extend(ctx context.Context, lp *Loop, key, token string, anyHolder bool, ttl time.Duration) (bool, error) {
+	onLoop := lp != nil
 	if ttl <= 0 {
-		if d := doorbellOf(ctx); d != nil {
+		if onLoop && lp.bell != nil {
 			if anyHolder {
-				return m.DeleteAsync(d, key) > 0, nil
+				return m.DeleteAsync(lp.bell, key) > 0, nil
 			}
-			return m.ReleaseAsync(d, key, token), nil
+			return m.ReleaseAsync(lp.bell, key, token), nil
 		}
-		if isNoWait(ctx) && !m.Inline() {
+		if onLoop && !m.Inline() {
 			return false, ErrWouldBlock
 		}
 		if anyHolder {
@@ -63,7 +66,7 @@ func (m *Map) extend(ctx context.Context, key, token string, anyHolder bool, ttl
 			local = append(local, h)
 			continue
 		}
-		if isNoWait(ctx) {
+		if onLoop {
 			return false, ErrWouldBlock
 		}
 		ok, err := fg.extend(ctx, ttl)
@@ -84,7 +87,7 @@ func (m *Map) extend(ctx context.Context, key, token string, anyHolder bool, ttl
 	hs = local
 	d, _ := m.Where(key)
 	if d.Lease != nil {
-		if isNoWait(ctx) && !d.Lease.Covers(end, ttl) {
+		if onLoop && !d.Lease.Covers(end, ttl) {
 			return false, ErrWouldBlock // a heartbeat push first
 		}
 		if err := d.Lease.Cover(ctx, end, ttl); err != nil {
@@ -118,13 +121,17 @@ func (m *Map) extend(ctx context.Context, key, token string, anyHolder bool, ttl
 // lock with other tokens. A key listed twice is held once, by one token, so
 // it can only be listed with the same from token.
 func (m *Map) Reassign(ctx context.Context, keys, from []string, to string, ttl time.Duration) (bool, error) {
+	return m.reassign(ctx, false, keys, from, to, ttl)
+}
+
+func (m *Map) reassign(ctx context.Context, onLoop bool, keys, from []string, to string, ttl time.Duration) (bool, error) {
 	if len(keys) != len(from) {
 		return false, fmt.Errorf("lockmap: Reassign: %d keys but %d tokens", len(keys), len(from))
 	}
 	if ttl <= 0 {
 		return false, ErrBadTTL
 	}
-	if ok, _ := m.reassign(keys, from, "", 0, time.Time{}); !ok {
+	if ok, _ := m.changeHands(keys, from, "", 0, time.Time{}); !ok {
 		return false, nil // checked first: a lease push for a refusal is wasted
 	}
 	end := time.Now().Add(ttl)
@@ -135,25 +142,25 @@ func (m *Map) Reassign(ctx context.Context, keys, from []string, to string, ttl 
 			continue
 		}
 		covered = append(covered, d)
-		if isNoWait(ctx) && !d.Lease.Covers(end, ttl) {
+		if onLoop && !d.Lease.Covers(end, ttl) {
 			return false, ErrWouldBlock // a heartbeat push first
 		}
 		if err := d.Lease.Cover(ctx, end, ttl); err != nil {
 			return false, err
 		}
 	}
-	ok, hs := m.reassign(keys, from, to, ttl, end)
+	ok, hs := m.changeHands(keys, from, to, ttl, end)
 	for _, h := range hs {
 		m.exp.add(h, end)
 	}
 	return ok, nil
 }
 
-// reassign checks, under the shard locks of every key at once, that each
+// changeHands checks, under the shard locks of every key at once, that each
 // key's hold can change hands in place (Reassign); with a zero end it only
 // checks, otherwise it hands them over and returns the holds, whose new
 // deadline the caller schedules.
-func (m *Map) reassign(keys, from []string, to string, ttl time.Duration, end time.Time) (bool, []*hold) {
+func (m *Map) changeHands(keys, from []string, to string, ttl time.Duration, end time.Time) (bool, []*hold) {
 	// Shards are locked in index order, so that two calls over the same
 	// shards cannot deadlock.
 	idx := make([]int, 0, len(keys))

@@ -38,6 +38,10 @@ type Info struct {
 // Lookup reports key's holders here, and reads the entry when there are
 // none, so that a key held through another proxy is not reported free.
 func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
+	return m.lookup(ctx, false, key)
+}
+
+func (m *Map) lookup(ctx context.Context, onLoop bool, key string) (Info, error) {
 	d, e := m.Where(key)
 	info := Info{Key: key, Domain: d.Name, Entry: e}
 	if d.Lease != nil {
@@ -65,12 +69,12 @@ func (m *Map) Lookup(ctx context.Context, key string) (Info, error) {
 	if m.heldExclusivelyHere(d, e) && !m.heldForOthers(d, e) {
 		return info, nil // another key of ours owns the entry: this one is free
 	}
-	if isNoWait(ctx) && !rdma.IsInline(d.Client.Endpoint()) {
+	if onLoop && !rdma.IsInline(d.Client.Endpoint()) {
 		return info, ErrWouldBlock
 	}
 	ent, err := d.Client.Read(ctx, e)
 	passing := func() bool { return d.Client.Abandoning(e) || m.releasing.held(d, e) }
-	if err == nil && !ent.Free() && passing() && isNoWait(ctx) {
+	if err == nil && !ent.Free() && passing() && onLoop {
 		return info, ErrWouldBlock
 	}
 	// A wait of ours that its client gave up, or a release of ours, may hold

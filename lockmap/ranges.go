@@ -157,7 +157,7 @@ const rangeTryBind = 2 * time.Second
 // queued ahead), and answers at once otherwise. It answers the grant's
 // fencing token, or ok = false if the span stayed taken for the whole
 // wait. A TTL (0: none) releases the span when it runs out, as a Redis key
-// expires. Under NoWait it answers ErrWouldBlock.
+// expires. A Loop answers ErrWouldBlock instead.
 func (m *Map) RangeAcquire(ctx context.Context, key, token string, l, r uint64, mode rangelock.Mode, ttl, wait time.Duration) (fence uint64, ok bool, err error) {
 	if l >= r || r > RangeUnits() {
 		return 0, false, fmt.Errorf("%w: [%d, %d) is empty or leaves [0, %d)", rangelock.ErrOutOfRange, l, r, RangeUnits())
@@ -167,9 +167,6 @@ func (m *Map) RangeAcquire(ctx context.Context, key, token string, l, r uint64, 
 	}
 	if m.draining.Load() {
 		return 0, false, ErrDraining
-	}
-	if isNoWait(ctx) {
-		return 0, false, ErrWouldBlock
 	}
 	start := time.Now()
 	try := wait <= 0

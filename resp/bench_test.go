@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"context"
 	"testing"
 
 	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
@@ -14,7 +13,6 @@ import (
 func BenchmarkSetRelease(b *testing.B) {
 	s, _ := testServer(b, "")
 	st := newConn(s)
-	st.ctx = context.Background()
 	body := `if redis.call("get",KEYS[1]) == ARGV[1] then
     return redis.call("del",KEYS[1])
 else

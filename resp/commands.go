@@ -13,8 +13,8 @@ import (
 // as Redis does; maxArgs 0 means unbounded. first/last/step describe where
 // the keys are, for COMMAND. lock marks commands that call into the lock
 // table in a way that can wait (for a queue, or for a memory node across
-// the network): the event loop runs them only under lockmap.NoWait, and
-// otherwise on a goroutine (loop.go).
+// the network): the event loop runs them only on its lockmap.Loop, which
+// never blocks, and otherwise on a goroutine (loop.go).
 type command struct {
 	name              string // lower case, the key in commands
 	run               func(s *Server, st *connState, args [][]byte)

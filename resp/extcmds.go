@@ -137,7 +137,7 @@ func (s *Server) cmdLockExtend(st *connState, args [][]byte) {
 		st.w.err("ERR syntax error (LOCK.EXTEND key token PX ms)")
 		return
 	}
-	done, err := s.cfg.Map.Extend(st.ctx, string(args[1]), string(args[2]), d)
+	done, err := st.table().Extend(st.base, string(args[1]), string(args[2]), d)
 	if err != nil {
 		st.lockErr(err)
 		return
@@ -148,7 +148,7 @@ func (s *Server) cmdLockExtend(st *connState, args [][]byte) {
 // cmdLockInfo describes a key: where its lock lives, who holds it here, and
 // the lock entry itself when it is not held here.
 func (s *Server) cmdLockInfo(st *connState, args [][]byte) {
-	in, err := s.cfg.Map.Lookup(st.ctx, string(args[1]))
+	in, err := st.table().Lookup(st.base, string(args[1]))
 	if err != nil {
 		st.lockErr(err)
 		return

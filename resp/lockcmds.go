@@ -222,9 +222,9 @@ func keyToken(key, token []byte) (string, string) {
 // (where every verb is a round trip) it starts on the loop's doorbell
 // (Map.AcquireAsync) and its reply is deferred: the loop rings the
 // doorbell once for every command it read in one pass, and renders the
-// reply when the acquire is done. Otherwise the acquire runs here, under
-// the connection's context (NoWait on the loop: a wait then runs the
-// command again on a goroutine).
+// reply when the acquire is done. Otherwise the acquire runs here, on the
+// table the command has (on the loop, a wait then runs the command again
+// on a goroutine).
 func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answer func(w *replyWriter, fence uint64, ok bool, err error)) {
 	m := st.srv.cfg.Map
 	reply := func(w *replyWriter, fence uint64, ok bool, err error) {
@@ -247,7 +247,7 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 		})
 		return
 	}
-	fence, ok, err := m.AcquireKey(st.ctx, key, token, opt)
+	fence, ok, err := st.table().AcquireKey(st.base, key, token, opt)
 	if errors.Is(err, lockmap.ErrWouldBlock) {
 		st.lockErr(err)
 		return
@@ -256,13 +256,13 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 }
 
 // acquireInline is acquire on the loop over in-process memory nodes
-// (Map.AcquireKeyOnLoop): an acquire that found the entry free, or that
+// (Loop.AcquireOrQueue): an acquire that found the entry free, or that
 // tried once, is answered here, as a command that ran on the loop. One
 // that queued behind a holder has its atomic in the queue already: it
 // waits for the handover on a goroutine, and its reply is deferred. It is
 // not run again; a held key costs the one atomic that enqueues.
 func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions, reply func(*replyWriter, uint64, bool, error)) {
-	fence, ok, q, err := st.srv.cfg.Map.AcquireKeyOnLoop(st.base, key, token, opt)
+	fence, ok, q, err := st.loop.AcquireOrQueue(st.base, key, token, opt)
 	if q == nil {
 		if errors.Is(err, lockmap.ErrWouldBlock) {
 			st.lockErr(err)
@@ -302,7 +302,7 @@ func (st *connState) delete(key string) int {
 // lookup wraps Map.Lookup and answers the caller with an error when the key
 // is held here under a lease that is gone.
 func (s *Server) lookup(st *connState, key string) (lockmap.Info, bool) {
-	in, err := s.cfg.Map.Lookup(st.ctx, key)
+	in, err := st.table().Lookup(st.base, key)
 	if err != nil {
 		st.lockErr(err)
 		return in, false
@@ -334,7 +334,7 @@ func (s *Server) cmdGet(st *connState, args [][]byte) {
 // the whole command fails with a reason, before anything is released.
 func (s *Server) cmdDel(st *connState, args [][]byte) {
 	for _, k := range args[1:] {
-		in, err := s.cfg.Map.Lookup(st.ctx, string(k))
+		in, err := st.table().Lookup(st.base, string(k))
 		if err != nil {
 			st.lockErr(err)
 			return
@@ -356,7 +356,7 @@ func (s *Server) cmdDel(st *connState, args [][]byte) {
 func (s *Server) cmdExists(st *connState, args [][]byte) {
 	var n int64
 	for _, k := range args[1:] {
-		in, err := s.cfg.Map.Lookup(st.ctx, string(k))
+		in, err := st.table().Lookup(st.base, string(k))
 		if err != nil {
 			st.lockErr(err)
 			return
@@ -427,7 +427,7 @@ func (s *Server) expire(st *connState, args [][]byte, unit time.Duration) {
 			return
 		}
 	}
-	done, err := s.cfg.Map.ExtendAny(st.ctx, key, ttl)
+	done, err := st.table().ExtendAny(st.base, key, ttl)
 	if err != nil {
 		st.lockErr(err)
 		return

@@ -21,7 +21,8 @@ import (
 // loop, which serves every other connection too:
 //
 //   - commands that do not touch the lock table run on the loop;
-//   - lock commands run on the loop too, under lockmap.NoWait, with the
+//   - lock commands run on the loop too, on the map as the loop sees it
+//     (lockmap.Loop, which never blocks), with the
 //     loop's doorbell (loopBell): a release posts its atomic on the
 //     doorbell, and an exclusive acquire starts on it
 //     (lockmap.AcquireAsync). With memory nodes across the network its
@@ -57,13 +58,13 @@ type loopIO interface {
 
 // loopConn is one connection of the event loop.
 type loopConn struct {
-	st     *connState      // the loop's state: every command runs on it first
-	nowait context.Context // the connection's context under lockmap.NoWait, for lock commands on the loop
-	g      *wire.Guard
-	seen   int // bytes at the front of the buffered input the guard has checked
-	p      cmdParser
-	wake   func() // has the loop call onTraffic again (gnet: Conn.Wake)
-	bell   *loopBell
+	st   *connState    // the loop's state: every command runs on it first
+	loop *lockmap.Loop // the lock map as lock commands on the loop use it
+	g    *wire.Guard
+	seen int // bytes at the front of the buffered input the guard has checked
+	p    cmdParser
+	wake func() // has the loop call onTraffic again (gnet: Conn.Wake)
+	bell *loopBell
 
 	// q holds the commands still running and the replies behind them; it
 	// is the loop's alone. Commands that finish set their entry's fin and
@@ -200,11 +201,11 @@ const flushAt = 64 << 10
 func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	lc := &loopConn{
-		st:     s.newConnState(ctx, cancel),
-		nowait: lockmap.WithDoorbell(lockmap.NoWait(ctx), bell.d),
-		g:      s.newGuard(),
-		wake:   wake,
-		bell:   bell,
+		st:   s.newConnState(ctx, cancel),
+		loop: s.cfg.Map.Loop(bell.d),
+		g:    s.newGuard(),
+		wake: wake,
+		bell: bell,
 	}
 	return lc
 }
@@ -440,14 +441,14 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			s.run(st, c, args)
 		default:
 			mark, ops := len(st.w.b), lc.bell.d.Len()
-			st.ctx, st.blocked, st.bell, st.inline = lc.nowait, false, lc.bell.d, lc.bell.inline
+			st.loop, st.blocked, st.bell, st.inline = lc.loop, false, lc.bell.d, lc.bell.inline
 			// A deferred acquire reports to the entry it will get.
 			if lc.next == nil {
 				lc.next = newPending(st.conn, lc.wake)
 			}
 			st.done, st.queueHook = lc.next.done, lc.next.queueHook
 			s.run(st, c, args)
-			st.ctx, st.bell, st.done, st.queueHook = st.base, nil, nil, st.conn.queueHook
+			st.loop, st.bell, st.done, st.queueHook = nil, nil, nil, st.conn.queueHook
 			if lc.bell.inline {
 				lc.bell.after() // in-process: post at once, so the next command sees it
 			} else if lc.bell.d.Len() > ops {
@@ -513,7 +514,7 @@ func (lc *loopConn) state() *connState {
 		lc.spare = lc.spare[:n-1]
 		return x
 	}
-	return lc.st.newState(lc.st.base)
+	return lc.st.newState()
 }
 
 // recycle keeps a finished goroutine's state for the next one, with its

@@ -37,7 +37,7 @@ func (s *Server) cmdLockRangeAcquire(st *connState, args [][]byte) {
 	if o.shared {
 		mode = rangelock.Shared
 	}
-	fence, ok, err := s.cfg.Map.RangeAcquire(st.ctx, key, token, l, r, mode, o.ttl, s.rangeWait(key, o))
+	fence, ok, err := st.table().RangeAcquire(st.base, key, token, l, r, mode, o.ttl, s.rangeWait(key, o))
 	switch {
 	case err != nil:
 		st.lockErr(err)

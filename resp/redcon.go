@@ -131,8 +131,8 @@ const readChunk = 16 << 10
 type rconn struct {
 	nc     net.Conn
 	st     *connState
-	nowait context.Context // st's context under lockmap.NoWait
-	inline bool            // the map's memory nodes are in-process
+	loop   *lockmap.Loop // the lock map as a lock command's first run uses it
+	inline bool          // the map's memory nodes are in-process
 	// next is the entry a deferred acquire of the next lock command gets
 	// (connState.acquireInline).
 	next *pending
@@ -165,7 +165,7 @@ func (rc *rconn) wake() {
 // replies, until the connection ends.
 func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 	s := f.s
-	rc := &rconn{nc: nc, st: st, nowait: lockmap.NoWait(st.base), inline: s.cfg.Map.Inline(), settled: make(chan struct{}, 1)}
+	rc := &rconn{nc: nc, st: st, loop: s.cfg.Map.Loop(nil), inline: s.cfg.Map.Inline(), settled: make(chan struct{}, 1)}
 	defer func() {
 		rc.mu.Lock()
 		rc.closed = true
@@ -223,7 +223,7 @@ func (f *redconFrontend) serveConn(nc net.Conn, st *connState) {
 
 // run runs the complete commands at the front of in and writes their
 // replies: how many bytes it consumed, and whether the connection is done.
-// A lock command runs under lockmap.NoWait first; one that would wait runs
+// A lock command runs on a lockmap.Loop first; one that would wait runs
 // on a goroutine of its own, and the next commands go on, but a command on
 // the keys of an earlier one still in flight waits for it to settle.
 func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
@@ -265,10 +265,10 @@ func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
 			if rc.next == nil {
 				rc.next = newPending(st.conn, rc.wake)
 			}
-			st.ctx, st.blocked, st.inline = rc.nowait, false, rc.inline
+			st.loop, st.blocked, st.inline = rc.loop, false, rc.inline
 			st.done, st.queueHook = rc.next.done, rc.next.queueHook
 			s.run(st, c, args)
-			st.ctx, st.inline, st.done, st.queueHook = st.base, false, nil, st.conn.queueHook
+			st.loop, st.inline, st.done, st.queueHook = nil, false, nil, st.conn.queueHook
 			if st.blocked {
 				st.blocked = false
 				st.w.b = st.w.b[:mark]
@@ -338,7 +338,7 @@ func (rc *rconn) drained() {
 // its own, while the connection goes on.
 func (f *redconFrontend) offload(rc *rconn, c *command, args [][]byte) {
 	st := rc.st
-	p, args := waiting(st, st.newState(st.base), c, args, rc.wake)
+	p, args := waiting(st, st.newState(), c, args, rc.wake)
 	rc.mu.Lock()
 	rc.q.push(p, &st.w)
 	rc.mu.Unlock()

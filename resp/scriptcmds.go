@@ -17,7 +17,7 @@ import (
 // script's calls against the lock table under the connection's current
 // context.
 //
-// On the event loop that context carries lockmap.NoWait: once a call
+// On the event loop they go to its lockmap.Loop: once a call
 // answers ErrWouldBlock, the script is to run again from the start on a
 // goroutine, so every later call refuses at once and the rest of the
 // script changes nothing here.
@@ -39,7 +39,7 @@ func (o *scriptOps) Get(key string) (string, bool) {
 	if o.st.blocked {
 		return "", false
 	}
-	in, err := o.s.cfg.Map.Lookup(o.st.ctx, key)
+	in, err := o.st.table().Lookup(o.st.base, key)
 	if err != nil {
 		o.note(err)
 		return "", false
@@ -61,7 +61,7 @@ func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reen
 		return true, nil
 	}
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.BudgetFor(&o.s.retries, &o.st.habit, keys[0], token, ttl), Queue: o.st.queueHook}
-	_, ok, err := o.s.cfg.Map.Acquire(o.st.ctx, keys, token, opt)
+	_, ok, err := o.st.table().Acquire(o.st.base, keys, token, opt)
 	o.note(err)
 	if !ok && err == nil {
 		o.s.retries.Refused(keys[0], token) // its next try is a retry
@@ -80,7 +80,7 @@ func (o *scriptOps) Extend(key, token string, ttl time.Duration) (bool, error) {
 	if o.st.blocked {
 		return false, lockmap.ErrWouldBlock
 	}
-	ok, err := o.s.cfg.Map.Extend(o.st.ctx, key, token, ttl)
+	ok, err := o.st.table().Extend(o.st.base, key, token, ttl)
 	o.note(err)
 	return ok, err
 }
@@ -89,7 +89,7 @@ func (o *scriptOps) Reassign(keys, from []string, token string, ttl time.Duratio
 	if o.st.blocked {
 		return false, lockmap.ErrWouldBlock
 	}
-	ok, err := o.s.cfg.Map.Reassign(o.st.ctx, keys, from, token, ttl)
+	ok, err := o.st.table().Reassign(o.st.base, keys, from, token, ttl)
 	o.note(err)
 	return ok, err
 }
@@ -98,7 +98,7 @@ func (o *scriptOps) PTTL(key string) (int64, error) {
 	if o.st.blocked {
 		return 0, lockmap.ErrWouldBlock
 	}
-	in, err := o.s.cfg.Map.Lookup(o.st.ctx, key)
+	in, err := o.st.table().Lookup(o.st.base, key)
 	if err != nil {
 		o.note(err)
 		return 0, err

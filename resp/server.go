@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/rangelock"
 	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
@@ -393,18 +394,19 @@ type conn struct {
 type connState struct {
 	*conn
 	w replyWriter
-	// ctx is the context lock operations run under; on the event loop it
-	// carries lockmap.NoWait.
-	ctx context.Context
-	// blocked is set when a lock operation under NoWait answered
+	// loop, while a lock command runs on an event loop (or first on a
+	// redcon connection's goroutine), is the lock map as the loop uses it:
+	// nothing on it blocks (table). Contexts carry cancellation only.
+	loop *lockmap.Loop
+	// blocked is set when a lock operation on the loop answered
 	// lockmap.ErrWouldBlock: the command must run again where it may wait.
 	blocked bool
 	// bell, while a command runs on the event loop, is the loop's doorbell:
 	// releases post their atomic on it, and over memory nodes across the
 	// network an exclusive acquire starts on it. inline, while a lock
-	// command runs under NoWait: the memory nodes are in-process, and an
+	// command runs on the loop: the memory nodes are in-process, and an
 	// exclusive acquire that has to wait queues from here
-	// (Map.AcquireKeyOnLoop). An acquire that is not done when its command
+	// (Loop.AcquireOrQueue). An acquire that is not done when its command
 	// returns defers its reply (deferred; done hands the reply over once
 	// the acquire is done).
 	bell     *lockmap.Doorbell
@@ -474,12 +476,38 @@ func (s *Server) unregister(c *conn) { s.conns.Delete(c.id) }
 func (s *Server) newConnState(ctx context.Context, cancel context.CancelFunc) *connState {
 	c := &conn{id: s.nextID.Add(1), srv: s, authed: !s.needsAuth(), base: ctx, cancel: cancel}
 	c.queueHook = c.queue
-	return c.newState(ctx)
+	return c.newState()
 }
 
-// newState is a state for c's commands to run on, under ctx.
-func (c *conn) newState(ctx context.Context) *connState {
-	st := &connState{conn: c, ctx: ctx, queueHook: c.queueHook}
+// lockTable is the lock map as a command uses it: the *lockmap.Map where
+// the command may block, the event loop's *lockmap.Loop where it may not.
+// Both take contexts for cancellation only; the mode is the type.
+type lockTable interface {
+	Acquire(ctx context.Context, keys []string, token string, opt lockmap.AcquireOptions) ([]uint64, bool, error)
+	AcquireKey(ctx context.Context, key, token string, opt lockmap.AcquireOptions) (uint64, bool, error)
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	ExtendAny(ctx context.Context, key string, ttl time.Duration) (bool, error)
+	Reassign(ctx context.Context, keys, from []string, to string, ttl time.Duration) (bool, error)
+	Lookup(ctx context.Context, key string) (lockmap.Info, error)
+	RangeAcquire(ctx context.Context, key, token string, lo, hi uint64, mode rangelock.Mode, ttl, wait time.Duration) (uint64, bool, error)
+}
+
+var (
+	_ lockTable = (*lockmap.Map)(nil)
+	_ lockTable = (*lockmap.Loop)(nil)
+)
+
+// table is the lock map as st's command may use it.
+func (st *connState) table() lockTable {
+	if st.loop != nil {
+		return st.loop
+	}
+	return st.srv.cfg.Map
+}
+
+// newState is a state for c's commands to run on.
+func (c *conn) newState() *connState {
+	st := &connState{conn: c, queueHook: c.queueHook}
 	st.ops = scriptOps{s: c.srv, st: st}
 	return st
 }

@@ -15,36 +15,40 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
-// TestNoWaitOnInlineMap: under NoWait, an in-process map completes what
-// needs no wait and refuses, leaving nothing held, what would queue.
-func TestNoWaitOnInlineMap(t *testing.T) {
+// TestLoopOnInlineMap: seen from an event loop (Loop), an in-process map
+// completes what needs no wait and refuses, leaving nothing held, what
+// would queue.
+func TestLoopOnInlineMap(t *testing.T) {
 	a, b := embeddedPair(t)
 	c := ctx(t)
-	nw := lockmap.NoWait(c)
+	la, lb := a.Loop(nil), b.Loop(nil)
 	if !a.Inline() {
 		t.Fatal("a memfab map must be inline")
 	}
-	if _, ok, err := a.Acquire(nw, []string{"k"}, "t1", excl(time.Minute, time.Second)); !ok || err != nil {
-		t.Fatalf("free key under NoWait: %v %v", ok, err)
+	if _, ok, err := la.Acquire(c, []string{"k"}, "t1", excl(time.Minute, time.Second)); !ok || err != nil {
+		t.Fatalf("free key on the loop: %v %v", ok, err)
 	}
 	// Held, with a wait budget: would queue.
-	if _, ok, err := a.Acquire(nw, []string{"k"}, "t2", excl(time.Minute, time.Second)); ok || !errors.Is(err, lockmap.ErrWouldBlock) {
-		t.Fatalf("held key with a budget under NoWait: ok=%v err=%v, want ErrWouldBlock", ok, err)
+	if _, ok, err := la.Acquire(c, []string{"k"}, "t2", excl(time.Minute, time.Second)); ok || !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("held key with a budget on the loop: ok=%v err=%v, want ErrWouldBlock", ok, err)
 	}
 	// Held, try-only: a plain "not acquired".
-	if _, ok, err := a.Acquire(nw, []string{"k"}, "t2", excl(time.Minute, 0)); ok || err != nil {
-		t.Fatalf("held key, try-only, under NoWait: ok=%v err=%v", ok, err)
+	if _, ok, err := la.Acquire(c, []string{"k"}, "t2", excl(time.Minute, 0)); ok || err != nil {
+		t.Fatalf("held key, try-only, on the loop: ok=%v err=%v", ok, err)
 	}
 	// The refused waits left nothing behind: releasing frees the key for
 	// another proxy at once.
 	if !a.Release("k", "t1") {
 		t.Fatal("release")
 	}
-	if _, ok, err := b.Acquire(nw, []string{"k"}, "t3", excl(time.Minute, 0)); !ok || err != nil {
+	if _, ok, err := lb.Acquire(c, []string{"k"}, "t3", excl(time.Minute, 0)); !ok || err != nil {
 		t.Fatalf("after release: %v %v", ok, err)
 	}
-	if in, err := a.Lookup(nw, "k"); err != nil || in.State != lockmap.HeldElsewhere {
-		t.Fatalf("lookup under NoWait: %+v %v", in, err)
+	if in, err := la.Lookup(c, "k"); err != nil || in.State != lockmap.HeldElsewhere {
+		t.Fatalf("lookup on the loop: %+v %v", in, err)
+	}
+	if _, _, err := la.RangeAcquire(c, "r", "t", 0, 1, 0, time.Minute, 0); !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("a range acquire on the loop: %v, want ErrWouldBlock", err)
 	}
 }
 
@@ -66,32 +70,35 @@ func embeddedPair(t *testing.T) (*lockmap.Map, *lockmap.Map) {
 	return mk("p1"), mk("p2")
 }
 
-// TestNoWaitOnNetworkMap: a map on a memnode process is not inline, and
-// every lock operation under NoWait is refused before any verb.
-func TestNoWaitOnNetworkMap(t *testing.T) {
+// TestLoopOnNetworkMap: a map on a memnode process is not inline, and
+// every lock operation on its Loop is refused before any verb.
+func TestLoopOnNetworkMap(t *testing.T) {
 	m, ep := networkMap(t, shiftlock.Config{})
 	if m.Inline() {
 		t.Fatal("a tcpfab map must not be inline")
 	}
 	before := ep.Counters().Snapshot()
-	nw := lockmap.NoWait(ctx(t))
-	if _, _, err := m.Acquire(nw, []string{"k"}, "t", excl(time.Minute, 0)); !errors.Is(err, lockmap.ErrWouldBlock) {
-		t.Fatalf("acquire under NoWait on tcpfab: %v", err)
+	lp := m.Loop(nil)
+	if _, _, err := lp.Acquire(ctx(t), []string{"k"}, "t", excl(time.Minute, 0)); !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("acquire on the loop on tcpfab: %v", err)
 	}
-	if _, err := m.Lookup(nw, "k"); !errors.Is(err, lockmap.ErrWouldBlock) {
-		t.Fatalf("lookup under NoWait on tcpfab: %v", err)
+	if _, err := lp.Lookup(ctx(t), "k"); !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("lookup on the loop on tcpfab: %v", err)
+	}
+	if _, err := lp.Extend(ctx(t), "k", "t", 0); !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("a release by Extend on the loop on tcpfab, without a doorbell: %v", err)
 	}
 	if d := ep.Counters().Snapshot().Sub(before); d.Out != [rdma.NumVerbs]uint64{} {
-		t.Fatalf("verbs issued under NoWait: %v", d.Out)
+		t.Fatalf("verbs issued on the loop: %v", d.Out)
 	}
 	if _, ok, err := m.Acquire(ctx(t), []string{"k"}, "t", excl(time.Minute, 0)); !ok || err != nil {
-		t.Fatalf("the same acquire without NoWait: %v %v", ok, err)
+		t.Fatalf("the same acquire on the map: %v %v", ok, err)
 	}
 }
 
-// TestNoWaitRefusalIsNotAnAttempt: an acquire refused with ErrWouldBlock
+// TestLoopRefusalIsNotAnAttempt: an acquire refused with ErrWouldBlock
 // runs again off the event loop, so OnAcquire hears of it once, not twice.
-func TestNoWaitRefusalIsNotAnAttempt(t *testing.T) {
+func TestLoopRefusalIsNotAnAttempt(t *testing.T) {
 	host := memnode.New(memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second})
 	t.Cleanup(host.Close)
 	ep, err := memfab.New(host).Join("p1")
@@ -102,12 +109,12 @@ func TestNoWaitRefusalIsNotAnAttempt(t *testing.T) {
 	m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{})}},
 		lockmap.Config{OnAcquire: func(shiftlock.Mode, time.Duration, bool, bool) { attempts++ }})
 	t.Cleanup(m.Close)
-	nw := lockmap.NoWait(ctx(t))
-	if _, ok, err := m.Acquire(nw, []string{"k"}, "t1", excl(time.Minute, time.Second)); !ok || err != nil {
+	lp := m.Loop(nil)
+	if _, ok, err := lp.Acquire(ctx(t), []string{"k"}, "t1", excl(time.Minute, time.Second)); !ok || err != nil {
 		t.Fatalf("free key: %v %v", ok, err)
 	}
-	if _, _, err := m.Acquire(nw, []string{"k"}, "t2", excl(time.Minute, time.Second)); !errors.Is(err, lockmap.ErrWouldBlock) {
-		t.Fatalf("held key under NoWait: %v, want ErrWouldBlock", err)
+	if _, _, err := lp.Acquire(ctx(t), []string{"k"}, "t2", excl(time.Minute, time.Second)); !errors.Is(err, lockmap.ErrWouldBlock) {
+		t.Fatalf("held key on the loop: %v, want ErrWouldBlock", err)
 	}
 	if attempts != 1 {
 		t.Fatalf("OnAcquire heard %d attempts, want 1 (the refusal is not one)", attempts)
@@ -131,24 +138,24 @@ func networkMap(t *testing.T, cfg shiftlock.Config) (*lockmap.Map, *tcpfab.Endpo
 	return m, ep
 }
 
-// TestAcquireKeyOnLoop: the event-loop driver answers a free key and a
+// TestAcquireOrQueue: the event-loop driver answers a free key and a
 // try-once in place; a held key with a budget is queued with its one
 // atomic and handed the lock off the loop (Queued.Wait), or told "not
 // acquired" when its budget runs out; a reentrant acquire it cannot do
 // without blocking is refused with ErrWouldBlock, leaving nothing held.
-func TestAcquireKeyOnLoop(t *testing.T) {
+func TestAcquireOrQueue(t *testing.T) {
 	a, b := embeddedPair(t)
 	c := ctx(t)
-	f1, ok, q, err := a.AcquireKeyOnLoop(c, "k", "t1", excl(time.Minute, time.Second))
+	f1, ok, q, err := a.Loop(nil).AcquireOrQueue(c, "k", "t1", excl(time.Minute, time.Second))
 	if !ok || err != nil || q != nil || f1 == 0 {
 		t.Fatalf("free key: fence %d ok %v queued %v err %v", f1, ok, q != nil, err)
 	}
-	if _, ok, q, err := a.AcquireKeyOnLoop(c, "k", "t2", excl(time.Minute, 0)); ok || err != nil || q != nil {
+	if _, ok, q, err := a.Loop(nil).AcquireOrQueue(c, "k", "t2", excl(time.Minute, 0)); ok || err != nil || q != nil {
 		t.Fatalf("held key, try-once: ok %v queued %v err %v", ok, q != nil, err)
 	}
 	ep := a.Domains()[0].Client.Endpoint()
 	before := ep.Counters().Snapshot()
-	_, ok, q, err = a.AcquireKeyOnLoop(c, "k", "t2", excl(time.Minute, time.Minute))
+	_, ok, q, err = a.Loop(nil).AcquireOrQueue(c, "k", "t2", excl(time.Minute, time.Minute))
 	if ok || err != nil || q == nil {
 		t.Fatalf("held key with a budget: ok %v queued %v err %v, want queued", ok, q != nil, err)
 	}
@@ -178,7 +185,7 @@ func TestAcquireKeyOnLoop(t *testing.T) {
 	// A budget that runs out: "not acquired", and the queue is left clean:
 	// the abandoned place passes the lock on in the background, and another
 	// proxy gets the key once t2 lets go.
-	_, _, q, err = a.AcquireKeyOnLoop(c, "k", "t3", excl(time.Minute, 20*time.Millisecond))
+	_, _, q, err = a.Loop(nil).AcquireOrQueue(c, "k", "t3", excl(time.Minute, 20*time.Millisecond))
 	if q == nil || err != nil {
 		t.Fatalf("second waiter: queued %v err %v", q != nil, err)
 	}
@@ -189,7 +196,7 @@ func TestAcquireKeyOnLoop(t *testing.T) {
 	// place. Reentrant on a held key of another token with a budget queues.
 	opt := excl(time.Minute, time.Second)
 	opt.Reentrant = true
-	if _, ok, q, err := a.AcquireKeyOnLoop(c, "k", "t2", opt); !ok || err != nil || q != nil {
+	if _, ok, q, err := a.Loop(nil).AcquireOrQueue(c, "k", "t2", opt); !ok || err != nil || q != nil {
 		t.Fatalf("reentrant refresh: ok %v queued %v err %v", ok, q != nil, err)
 	}
 	if !a.Release("k", "t2") {
@@ -207,10 +214,10 @@ func TestAcquireKeyOnLoop(t *testing.T) {
 func TestQueuedOnLoopAnnouncesItself(t *testing.T) {
 	a, _ := embeddedPair(t)
 	c := ctx(t)
-	if _, ok, _, err := a.AcquireKeyOnLoop(c, "k", "holder", excl(time.Minute, 0)); !ok || err != nil {
+	if _, ok, _, err := a.Loop(nil).AcquireOrQueue(c, "k", "holder", excl(time.Minute, 0)); !ok || err != nil {
 		t.Fatal("setup", ok, err)
 	}
-	_, _, q, err := a.AcquireKeyOnLoop(c, "k", "waiter", excl(time.Minute, time.Minute))
+	_, _, q, err := a.Loop(nil).AcquireOrQueue(c, "k", "waiter", excl(time.Minute, time.Minute))
 	if q == nil || err != nil {
 		t.Fatalf("queued %v err %v", q != nil, err)
 	}
