@@ -192,8 +192,14 @@ type Queued struct{ a *acquisition }
 // Wait waits for the lock to be handed over, within the acquire's budget,
 // and finishes the acquire: it returns what AcquireKey would have. Call it
 // once, where blocking is allowed. Cancelling ctx abandons the wait; the
-// lock, if it comes, is released in the background.
-func (q *Queued) Wait(ctx context.Context) (fence uint64, ok bool, err error) {
+// lock, if it comes, is released in the background. queue, if not nil,
+// replaces the Queue hook the acquire was made with, for a caller that
+// waits on behalf of another command than the one that queued (a script
+// run again from the start off the loop).
+func (q *Queued) Wait(ctx context.Context, queue func(context.Context) (context.Context, func())) (fence uint64, ok bool, err error) {
+	if queue != nil {
+		q.a.opt.Queue = queue
+	}
 	ok, err = q.a.report(q.a.wait(ctx, q.a.enqueued))
 	return q.a.fbuf[0], ok, err
 }
@@ -202,7 +208,7 @@ func (q *Queued) Wait(ctx context.Context) (fence uint64, ok bool, err error) {
 // with s, where it may block: the handover, then admission.
 func (a *acquisition) wait(ctx context.Context, s *shiftlock.Start) (bool, error) {
 	m, w := a.m, a.fresh[0]
-	guard, err := s.Wait(m.waitContext(ctx, a.deadline, a.opt.Queue))
+	guard, err := s.Wait(ctx, waitHooks(a.deadline, a.opt.Queue))
 	a.queued = true
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -698,13 +704,13 @@ func (m *Map) lockEntry(ctx context.Context, d *Domain, entry uint64, mode shift
 	// The budget only governs a wait, so its deadline (and the caller's
 	// watch for a client that hangs up) is set up only if the acquire has
 	// to wait: an uncontended one allocates neither.
-	wctx := m.waitContext(ctx, deadline, queue)
+	h := waitHooks(deadline, queue)
 	var g *shiftlock.Guard
 	var err error
 	if mode == shiftlock.Shared {
-		g, err = c.AcquireShared(wctx, entry)
+		g, err = c.AcquireSharedHooked(ctx, entry, h)
 	} else {
-		g, err = c.AcquireExclusiveTagged(wctx, entry, tag)
+		g, err = c.AcquireExclusiveHooked(ctx, entry, tag, h)
 	}
 	if err == nil {
 		return entryLock{g: g, waited: g.Waited()}, nil

@@ -438,18 +438,18 @@ func (d *Doorbell) spawn(f func()) {
 	go f()
 }
 
-// waitContext is the context a queued acquire waits under: the wait
-// budget, and the caller's queue hook (a watch for a client that hangs up),
-// both set up only once the acquire has to wait.
-func (m *Map) waitContext(ctx context.Context, deadline time.Time, queue func(context.Context) (context.Context, func())) context.Context {
-	return shiftlock.WithQueueHook(ctx, func(qctx context.Context) (context.Context, func()) {
+// waitHooks is how a queued acquire waits: the wait budget, and the
+// caller's queue hook (a watch for a client that hangs up), both set up
+// only once the acquire has to wait.
+func waitHooks(deadline time.Time, queue func(context.Context) (context.Context, func())) shiftlock.Hooks {
+	return shiftlock.Hooks{Queued: func(qctx context.Context) (context.Context, func()) {
 		dctx, cancel := context.WithDeadline(qctx, deadline)
 		if queue == nil {
 			return dctx, cancel
 		}
 		hctx, stop := queue(dctx)
 		return hctx, func() { stop(); cancel() }
-	})
+	}}
 }
 
 // ReleaseAsync is Release with the release's atomic in d: it reports at

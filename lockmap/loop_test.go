@@ -169,7 +169,7 @@ func TestAcquireOrQueue(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		f, ok, err := q.Wait(c)
+		f, ok, err := q.Wait(c, nil)
 		got <- answer{f, ok, err}
 	}()
 	if !a.Release("k", "t1") {
@@ -189,7 +189,7 @@ func TestAcquireOrQueue(t *testing.T) {
 	if q == nil || err != nil {
 		t.Fatalf("second waiter: queued %v err %v", q != nil, err)
 	}
-	if _, ok, err := q.Wait(c); ok || err != nil {
+	if _, ok, err := q.Wait(c, nil); ok || err != nil {
 		t.Fatalf("budget spent: ok %v err %v, want not acquired", ok, err)
 	}
 	// Reentrant refresh of the holder's own key needs no wait here: done in
@@ -231,7 +231,7 @@ func TestQueuedOnLoopAnnouncesItself(t *testing.T) {
 	case <-time.After(10 * time.Second): // a liveness bound, not a timing claim
 		t.Fatal("the release waited for the queued acquire to announce itself from its wait")
 	}
-	if _, ok, err := q.Wait(c); !ok || err != nil {
+	if _, ok, err := q.Wait(c, nil); !ok || err != nil {
 		t.Fatalf("handed over: ok %v err %v", ok, err)
 	}
 }

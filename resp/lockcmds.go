@@ -275,7 +275,7 @@ func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions
 	done, ctx := st.done, st.base
 	offLoop.Add(1)
 	st.srv.waiters.run(func() {
-		fence, ok, err := q.Wait(ctx)
+		fence, ok, err := q.Wait(ctx, nil)
 		offLoop.Add(-1)
 		done(func(w *replyWriter) { reply(w, fence, ok, err) })
 	})

@@ -219,6 +219,9 @@ func waiting(st, x *connState, c *command, args [][]byte, wake func()) (*pending
 	p := newPending(st.conn, wake)
 	p.x, p.keys = x, keysOf(c, args)
 	x.queueHook = p.queueHook
+	// A script's acquire that queued on the loop is waited for by the
+	// script's run on x.
+	x.queued, st.queued = st.queued, queuedAcquire{}
 	return p, x.hold(args)
 }
 
@@ -229,6 +232,7 @@ func (s *Server) goWait(p *pending, c *command, args [][]byte, wake func()) {
 	offLoop.Add(1)
 	s.waiters.run(func() {
 		s.run(p.x, c, args)
+		p.x.queued.drop(p.x)
 		s.onCommand(c.name)
 		p.fin.Store(true)
 		offLoop.Add(-1)

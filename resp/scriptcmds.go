@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -60,7 +61,30 @@ func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reen
 	if len(keys) == 0 {
 		return true, nil
 	}
+	if o.st.queued.q != nil {
+		if mine, ok, err := o.st.queued.wait(o.st, keys, token); mine {
+			if !ok && err == nil {
+				o.s.retries.Refused(keys[0], token)
+			}
+			return ok, err
+		}
+	}
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.BudgetFor(&o.s.retries, &o.st.habit, keys[0], token, ttl), Queue: o.st.queueHook}
+	if o.st.inline && len(keys) == 1 {
+		// On the loop over in-process memory nodes, a held key queues from
+		// here, with the one atomic, and the script runs again off the loop
+		// (ErrWouldBlock), where this Acquire waits for the handover.
+		_, ok, q, err := o.st.loop.AcquireOrQueue(o.st.base, keys[0], token, opt)
+		if q != nil {
+			o.st.queued = queuedAcquire{q: q, key: keys[0], token: token}
+			err = lockmap.ErrWouldBlock
+		}
+		o.note(err)
+		if !ok && err == nil {
+			o.s.retries.Refused(keys[0], token)
+		}
+		return ok, err
+	}
 	_, ok, err := o.st.table().Acquire(o.st.base, keys, token, opt)
 	o.note(err)
 	if !ok && err == nil {
@@ -246,4 +270,37 @@ func (s *Server) cmdScript(st *connState, args [][]byte) {
 	default:
 		st.w.err(fmt.Sprintf("ERR unknown subcommand '%s'. Try SCRIPT HELP.", wire.OneLine(string(args[1]))))
 	}
+}
+
+// queuedAcquire is a script's acquire queued on the loop, for the same
+// script's run off the loop to wait on (connState.queued).
+type queuedAcquire struct {
+	q          *lockmap.Queued
+	key, token string
+}
+
+// wait finishes the queued acquire if keys and token are what it queued
+// for (mine); a script that asks for something else abandons it first.
+func (qa *queuedAcquire) wait(st *connState, keys []string, token string) (mine, ok bool, err error) {
+	q := qa.q
+	if len(keys) != 1 || keys[0] != qa.key || token != qa.token {
+		qa.drop(st)
+		return false, false, nil
+	}
+	*qa = queuedAcquire{}
+	_, ok, err = q.Wait(st.base, st.queueHook)
+	return true, ok, err
+}
+
+// drop abandons a queued acquire that its script's run off the loop did not
+// ask for again: the lock, when it comes, is released in the background.
+func (qa *queuedAcquire) drop(st *connState) {
+	if qa.q == nil {
+		return
+	}
+	q := qa.q
+	*qa = queuedAcquire{}
+	ctx, cancel := context.WithCancel(st.base)
+	cancel()
+	_, _, _ = q.Wait(ctx, nil)
 }

@@ -19,45 +19,54 @@ type Grant interface {
 	Release(ctx context.Context) error
 }
 
-// Acquire implements Locker.
-func (c *Client) Acquire(ctx context.Context, entry uint64, m Mode) (Grant, error) {
-	if m == Shared {
-		return c.AcquireShared(ctx, entry)
+// HookedLocker is a Locker whose acquisitions tell their caller how they
+// progress (Hooks). ShiftLock's Client is one; a checker uses it where it
+// can, to measure waits from the right instant.
+type HookedLocker interface {
+	Locker
+	AcquireHooked(ctx context.Context, entry uint64, m Mode, h Hooks) (Grant, error)
+}
+
+// Hooks is what the caller of an acquisition hears of it besides its
+// result. The zero value hears nothing. They are arguments, not context
+// values: a context carries cancellation only.
+type Hooks struct {
+	// Arrived is called as soon as the enqueuing atomic has landed: the
+	// moment the algorithm considers the acquisition to have arrived.
+	Arrived func()
+	// Queued is called when the acquisition has to wait (its atomic found
+	// a holder, or readers to wait out), with its context; the context it
+	// returns governs the wait, and stop is called when the wait is over.
+	// A proxy sets up its wait budget and its watch for a client that
+	// hangs up here, so that an acquisition that never waits pays for
+	// neither.
+	Queued func(ctx context.Context) (qctx context.Context, stop func())
+}
+
+func (h *Hooks) arrived() {
+	if h.Arrived != nil {
+		h.Arrived()
 	}
-	return c.AcquireExclusive(ctx, entry)
 }
 
-var _ Locker = (*Client)(nil)
-
-type arrivalKey struct{}
-
-// WithArrival returns a context that makes an acquisition call f as soon as
-// its enqueuing atomic has landed: the moment the algorithm considers it to
-// have arrived. Checkers use it to measure waits from the right instant.
-func WithArrival(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, arrivalKey{}, f)
-}
-
-func arrived(ctx context.Context) {
-	if f, ok := ctx.Value(arrivalKey{}).(func()); ok {
-		f()
-	}
-}
-
-type queueKey struct{}
-
-// WithQueueHook returns a context under which an acquisition that has to
-// wait (its enqueuing atomic found a holder, or readers to wait out) calls
-// hook first; the context hook returns governs the wait, and stop is called
-// when the wait is over. A proxy watches for a client that hangs up while
-// queued this way, without watching the acquisitions that never wait.
-func WithQueueHook(ctx context.Context, hook func(context.Context) (context.Context, func())) context.Context {
-	return context.WithValue(ctx, queueKey{}, hook)
-}
-
-func onQueue(ctx context.Context) (context.Context, func()) {
-	if hook, ok := ctx.Value(queueKey{}).(func(context.Context) (context.Context, func())); ok && hook != nil {
-		return hook(ctx)
+func (h *Hooks) queued(ctx context.Context) (context.Context, func()) {
+	if h.Queued != nil {
+		return h.Queued(ctx)
 	}
 	return ctx, func() {}
 }
+
+// Acquire implements Locker.
+func (c *Client) Acquire(ctx context.Context, entry uint64, m Mode) (Grant, error) {
+	return c.AcquireHooked(ctx, entry, m, Hooks{})
+}
+
+// AcquireHooked implements HookedLocker.
+func (c *Client) AcquireHooked(ctx context.Context, entry uint64, m Mode, h Hooks) (Grant, error) {
+	if m == Shared {
+		return c.AcquireSharedHooked(ctx, entry, h)
+	}
+	return c.AcquireExclusiveHooked(ctx, entry, 0, h)
+}
+
+var _ HookedLocker = (*Client)(nil)

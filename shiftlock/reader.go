@@ -18,11 +18,16 @@ import (
 // waiting for while an older reader still holds the lock. So, as for writers,
 // the wait completes in the background and is released at once.
 func (c *Client) AcquireShared(ctx context.Context, i uint64) (*Guard, error) {
+	return c.AcquireSharedHooked(ctx, i, Hooks{})
+}
+
+// AcquireSharedHooked is AcquireShared telling h how it progresses.
+func (c *Client) AcquireSharedHooked(ctx context.Context, i uint64, h Hooks) (*Guard, error) {
 	if err := c.checkEntry(i); err != nil {
 		return nil, err
 	}
 	for {
-		g, err := c.acquireShared(ctx, i)
+		g, err := c.acquireShared(ctx, i, &h)
 		if errors.Is(err, errReset) {
 			c.stats.Resets.Add(1)
 			continue
@@ -31,7 +36,7 @@ func (c *Client) AcquireShared(ctx context.Context, i uint64) (*Guard, error) {
 	}
 }
 
-func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
+func (c *Client) acquireShared(ctx context.Context, i uint64, h *Hooks) (*Guard, error) {
 	g := &Guard{c: c, entry: i, mode: Shared}
 	c.holds.add(i, 1, 0)
 	t0 := c.traceStart()
@@ -41,7 +46,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 		return nil, err
 	}
 	c.traced(PhaseReaderIA, t0)
-	arrived(ctx)
+	h.arrived()
 	e := Entry(old)
 	if e.Tail().IsZero() {
 		g.token = e.RelCnt()
@@ -53,7 +58,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64) (*Guard, error) {
 	g.waited = true
 	c.stats.Waits.Add(1)
 	rw := c.waitEpoch(i, e.Epoch(), e.RelCnt(), e.Tail().Node)
-	qctx, stop := onQueue(ctx)
+	qctx, stop := h.queued(ctx)
 	defer stop()
 	var res readResult
 	t0 = c.traceStart()

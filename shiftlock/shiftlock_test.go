@@ -343,3 +343,44 @@ func awaitSuccessor(t *testing.T, g *shiftlock.Guard) {
 		}
 	}
 }
+
+// TestHooks: an acquisition calls Hooks.Arrived once its atomic has landed,
+// and Hooks.Queued only if it has to wait, under the context Queued
+// returns: a deadline set there ends a wait, and one that never waits
+// never calls it. (They were context values, WithArrival and
+// WithQueueHook; now a context carries cancellation only.)
+func TestHooks(t *testing.T) {
+	cl := newCluster(t, 2, 16, shiftlock.Config{})
+	a, b := cl.clients[0], cl.clients[1]
+	ctx := ctxT(t)
+	var arrived, queued, stopped int
+	h := shiftlock.Hooks{
+		Arrived: func() { arrived++ },
+		Queued: func(ctx context.Context) (context.Context, func()) {
+			queued++
+			qctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			return qctx, func() { stopped++; cancel() }
+		},
+	}
+	for _, mode := range []shiftlock.Mode{shiftlock.Exclusive, shiftlock.Shared} {
+		arrived, queued, stopped = 0, 0, 0
+		g, err := a.AcquireHooked(ctx, 3, mode, h)
+		if err != nil || arrived != 1 || queued != 0 {
+			t.Fatalf("%v, free entry: err %v, arrived %d, queued %d; want nil, 1, 0", mode, err, arrived, queued)
+		}
+		// b has to wait behind a writer: its wait ends at Queued's deadline.
+		w, err := a.AcquireExclusive(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.AcquireHooked(ctx, 5, mode, h); !errors.Is(err, context.DeadlineExceeded) || arrived != 2 || queued != 1 || stopped != 1 {
+			t.Fatalf("%v, held entry: err %v, arrived %d, queued %d, stopped %d; want DeadlineExceeded, 2, 1, 1", mode, err, arrived, queued, stopped)
+		}
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -131,12 +131,12 @@ func (s *Start) Entry() Entry { return s.e }
 // AcquireExclusiveTagged does after its atomic: it blocks until the lock
 // is handed over (or a same-owner answer makes the guard pending) or ctx
 // ends, in which case the wait completes in the background.
-func (s *Start) Wait(ctx context.Context) (*Guard, error) {
-	g, err := s.c.awaitTurn(ctx, s.g, s.e, s.w)
+func (s *Start) Wait(ctx context.Context, h Hooks) (*Guard, error) {
+	g, err := s.c.awaitTurn(ctx, s.g, s.e, s.w, &h)
 	if errors.Is(err, errReset) {
 		// The entry was recovered while we waited: start over.
 		s.c.stats.Resets.Add(1)
-		return s.c.AcquireExclusiveTagged(ctx, s.g.entry, s.g.tag)
+		return s.c.AcquireExclusiveHooked(ctx, s.g.entry, s.g.tag, h)
 	}
 	return g, err
 }

@@ -62,8 +62,14 @@ func (b *bell) ring(begin func(*rdma.Batch) func(error)) {
 func (b *bell) Entries() uint64 { return b.c.Entries() }
 
 func (b *bell) Acquire(ctx context.Context, i uint64, m shiftlock.Mode) (shiftlock.Grant, error) {
+	return b.AcquireHooked(ctx, i, m, shiftlock.Hooks{})
+}
+
+// AcquireHooked makes bell a HookedLocker, so that the checker measures
+// waits from the arrival of the enqueuing atomic, as it does for a Client.
+func (b *bell) AcquireHooked(ctx context.Context, i uint64, m shiftlock.Mode, h shiftlock.Hooks) (shiftlock.Grant, error) {
 	if m == shiftlock.Shared {
-		return b.c.AcquireShared(ctx, i)
+		return b.c.AcquireSharedHooked(ctx, i, h)
 	}
 	var s *shiftlock.Start
 	var g *shiftlock.Guard
@@ -79,8 +85,11 @@ func (b *bell) Acquire(ctx context.Context, i uint64, m shiftlock.Mode) (shiftlo
 	if err != nil {
 		return nil, err
 	}
+	if h.Arrived != nil {
+		h.Arrived()
+	}
 	if wait {
-		g, err = s.Wait(ctx)
+		g, err = s.Wait(ctx, h)
 		if err != nil {
 			return nil, err
 		}

@@ -31,11 +31,17 @@ func (c *Client) AcquireExclusive(ctx context.Context, i uint64) (*Guard, error)
 // writer's place in the queue completes in the background. Tag 0 is an
 // untagged writer.
 func (c *Client) AcquireExclusiveTagged(ctx context.Context, i, tag uint64) (*Guard, error) {
+	return c.AcquireExclusiveHooked(ctx, i, tag, Hooks{})
+}
+
+// AcquireExclusiveHooked is AcquireExclusiveTagged telling h how it
+// progresses.
+func (c *Client) AcquireExclusiveHooked(ctx context.Context, i, tag uint64, h Hooks) (*Guard, error) {
 	if err := c.checkEntry(i); err != nil {
 		return nil, err
 	}
 	for {
-		g, err := c.acquireExclusive(ctx, i, tag)
+		g, err := c.acquireExclusive(ctx, i, tag, &h)
 		if errors.Is(err, errReset) {
 			c.stats.Resets.Add(1)
 			continue
@@ -63,7 +69,7 @@ func (c *Client) closeSlot(g *Guard) {
 	c.inbox.Close(g.self.Target)
 }
 
-func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, error) {
+func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64, h *Hooks) (*Guard, error) {
 	g, err := c.openWriter(i, tag)
 	if err != nil {
 		return nil, err
@@ -78,8 +84,8 @@ func (c *Client) acquireExclusive(ctx context.Context, i, tag uint64) (*Guard, e
 		return nil, err
 	}
 	c.traced(PhaseWriterIA, t0)
-	arrived(ctx)
-	return c.afterEnqueue(ctx, g, Entry(old))
+	h.arrived()
+	return c.afterEnqueue(ctx, g, Entry(old), h)
 }
 
 // openWriter opens a writer's slot for entry i, counted as holding (for
@@ -114,8 +120,8 @@ func (g *Guard) enqueueVerb(try bool) (cmp, cmpMask, swap, swapMask rdma.U128) {
 // afterEnqueue is Algorithm 2 from line 11, once the enqueuing atomic has
 // returned the entry's old value e: granted at once, or wait for the
 // predecessor's handover, or for the readers ahead to leave.
-func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry) (*Guard, error) {
-	return c.awaitTurn(ctx, g, e, nil)
+func (c *Client) afterEnqueue(ctx context.Context, g *Guard, e Entry, h *Hooks) (*Guard, error) {
+	return c.awaitTurn(ctx, g, e, nil, h)
 }
 
 // announce is the part of afterEnqueue that never blocks, for a writer
@@ -145,7 +151,7 @@ func (c *Client) announce(ctx context.Context, g *Guard, e Entry) *waiter {
 
 // awaitTurn is the rest of afterEnqueue: w is announce's waiter when the
 // entry had a tail (announced here if the caller has not).
-func (c *Client) awaitTurn(ctx context.Context, g *Guard, e Entry, w *waiter) (*Guard, error) {
+func (c *Client) awaitTurn(ctx context.Context, g *Guard, e Entry, w *waiter, h *Hooks) (*Guard, error) {
 	i := g.entry
 	if w == nil && !e.Tail().IsZero() {
 		w = c.announce(ctx, g, e)
@@ -155,7 +161,7 @@ func (c *Client) awaitTurn(ctx context.Context, g *Guard, e Entry, w *waiter) (*
 	case w != nil:
 		g.waited = true
 		c.stats.Waits.Add(1)
-		qctx, stop := onQueue(ctx)
+		qctx, stop := h.queued(ctx)
 		t0 := c.traceStart()
 		err := c.waitHandover(qctx, g, w)
 		if err == nil {
@@ -193,7 +199,7 @@ func (c *Client) awaitTurn(ctx context.Context, g *Guard, e Entry, w *waiter) (*
 		}
 		g.waited = true
 		c.stats.Waits.Add(1)
-		qctx, stop := onQueue(ctx)
+		qctx, stop := h.queued(ctx)
 		t0 := c.traceStart()
 		err := finish(qctx)
 		if err == nil {

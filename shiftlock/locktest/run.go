@@ -82,8 +82,13 @@ func Run(ctx context.Context, w Workload, chk *Checker) (Result, error) {
 				// enqueuing atomic landed, if it does: waits are measured
 				// from arrival, not from when this goroutine got around to it.
 				ticket := chk.Ask(entry)
-				actx = shiftlock.WithArrival(actx, func() { ticket = chk.Ask(entry) })
-				g, err := l.Acquire(actx, entry, mode)
+				var g shiftlock.Grant
+				var err error
+				if hl, ok := l.(shiftlock.HookedLocker); ok {
+					g, err = hl.AcquireHooked(actx, entry, mode, shiftlock.Hooks{Arrived: func() { ticket = chk.Ask(entry) }})
+				} else {
+					g, err = l.Acquire(actx, entry, mode)
+				}
 				cancel()
 				if err != nil {
 					if actx.Err() != nil && ctx.Err() == nil {
