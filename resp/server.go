@@ -417,7 +417,7 @@ type connState struct {
 	// from the start on a goroutine, whose Acquire of the same key and token
 	// waits on queued instead of asking the lock again.
 	queued queuedAcquire
-	done     func(render func(*replyWriter))
+	done   func(render func(*replyWriter))
 	// queueHook is the lockmap Queue hook lock commands pass: the
 	// connection's, or, for a command left running, one that also marks
 	// its entry as queued (pending.queued).
