@@ -412,12 +412,12 @@ type connState struct {
 	bell     *lockmap.Doorbell
 	inline   bool
 	deferred bool
+	done     func(render func(*replyWriter))
 	// queued is a script's acquire that queued behind a holder on the loop
 	// (scriptOps.Acquire): the script answered ErrWouldBlock and runs again
 	// from the start on a goroutine, whose Acquire of the same key and token
 	// waits on queued instead of asking the lock again.
 	queued queuedAcquire
-	done   func(render func(*replyWriter))
 	// queueHook is the lockmap Queue hook lock commands pass: the
 	// connection's, or, for a command left running, one that also marks
 	// its entry as queued (pending.queued).
