@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,5 +340,54 @@ func TestWaitingAcquireEnqueuesOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDroppedScriptAcquireReleasesTheLock: a script's acquire queued on the
+// loop that the script's run off the loop does not ask for again is
+// abandoned: when the holder lets go, the lock passes through it and is
+// free for anyone, and it counts no blocked client.
+func TestDroppedScriptAcquireReleasesTheLock(t *testing.T) {
+	s, _ := loopServerEP(t, nil)
+	holder, other := newLoopClient(t, s), newLoopClient(t, s)
+	if r := holder.do("SET", "k", "holder", "PX", "60000", "NX"); r != "+OK\r\n" {
+		t.Fatalf("holder: %q", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := s.newConnState(ctx, cancel)
+	st.loop = s.cfg.Map.Loop(nil)
+	// The hook it queued with is the loop's, for a later command's entry:
+	// the abandoned wait must not report to it.
+	var hooked atomic.Int32
+	loopHook := func(ctx context.Context) (context.Context, func()) { hooked.Add(1); return ctx, func() {} }
+	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: time.Minute, Wait: time.Minute, Queue: loopHook}
+	_, ok, q, err := st.loop.AcquireOrQueue(st.base, "k", "script", opt)
+	if ok || err != nil || q == nil {
+		t.Fatalf("a held key on the loop: ok=%v err=%v queued=%v, want queued", ok, err, q != nil)
+	}
+	st.queued = queuedAcquire{q: q, key: "k", token: "script"}
+	if mine, _, _ := st.queued.wait(st, []string{"other"}, "script"); mine || st.queued.q != nil {
+		t.Fatalf("a script that asks for another key: mine=%v, still queued=%v; want it dropped", mine, st.queued.q != nil)
+	}
+	if r := holder.do("DEL", "k"); r != ":1\r\n" {
+		t.Fatalf("DEL: %q", r)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := other.do("SET", "k", "other", "PX", "60000", "NX")
+		if r == "+OK\r\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dropped acquire kept the lock: SET NX answers %q", r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.blocked.Load(); n != 0 {
+		t.Fatalf("blocked clients %d after the drop, want 0", n)
+	}
+	if n := hooked.Load(); n != 0 {
+		t.Fatalf("the abandoned wait called the loop's queue hook %d times, want 0", n)
 	}
 }

@@ -294,6 +294,8 @@ func (qa *queuedAcquire) wait(st *connState, keys []string, token string) (mine,
 
 // drop abandons a queued acquire that its script's run off the loop did not
 // ask for again: the lock, when it comes, is released in the background.
+// Its wait reports to no reply-queue entry: the one it was queued with is
+// the loop's entry for a later command.
 func (qa *queuedAcquire) drop(st *connState) {
 	if qa.q == nil {
 		return
@@ -302,5 +304,8 @@ func (qa *queuedAcquire) drop(st *connState) {
 	*qa = queuedAcquire{}
 	ctx, cancel := context.WithCancel(st.base)
 	cancel()
-	_, _, _ = q.Wait(ctx, nil)
+	_, _, _ = q.Wait(ctx, unwatched)
 }
+
+// unwatched is a lockmap Queue hook that watches nothing.
+func unwatched(ctx context.Context) (context.Context, func()) { return ctx, func() {} }
