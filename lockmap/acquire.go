@@ -34,8 +34,16 @@ type AcquireOptions struct {
 // the fencing tokens (one per key, in the order given), or ok=false if some
 // key stayed held for the whole wait budget.
 func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt AcquireOptions) (fences []uint64, ok bool, err error) {
+	return m.acquireAll(ctx, keys, token, opt, false)
+}
+
+// acquireAll is Acquire, or Loop.Acquire onLoop.
+func (m *Map) acquireAll(ctx context.Context, keys []string, token string, opt AcquireOptions, onLoop bool) (fences []uint64, ok bool, err error) {
 	fences = make([]uint64, len(keys))
-	if ok, err = m.acquire(ctx, keys, token, opt, fences); !ok {
+	a := newAcquisition()
+	ok, err = a.drive(ctx, m, keys, token, opt, fences, onLoop)
+	a.free()
+	if !ok {
 		return nil, false, err
 	}
 	return fences, true, nil
@@ -44,21 +52,17 @@ func (m *Map) Acquire(ctx context.Context, keys []string, token string, opt Acqu
 // AcquireKey is Acquire for one key, which is what SET NX and most lock
 // scripts ask for; it returns the key's fencing token and allocates less.
 func (m *Map) AcquireKey(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, err error) {
+	return m.acquireKey(ctx, key, token, opt, false)
+}
+
+// acquireKey is AcquireKey, or Loop.AcquireKey onLoop.
+func (m *Map) acquireKey(ctx context.Context, key, token string, opt AcquireOptions, onLoop bool) (fence uint64, ok bool, err error) {
 	a := newAcquisition()
 	a.kbuf[0] = key
-	ok, err = a.drive(ctx, m, a.kbuf[:], token, opt, a.fbuf[:], false)
+	ok, err = a.drive(ctx, m, a.kbuf[:], token, opt, a.fbuf[:], onLoop)
 	fence = a.fbuf[0]
 	a.free()
 	return fence, ok, err
-}
-
-// acquire is Acquire's blocking driver, with the fencing tokens written to
-// fences (one per key), which the caller provides.
-func (m *Map) acquire(ctx context.Context, keys []string, token string, opt AcquireOptions, fences []uint64) (bool, error) {
-	a := newAcquisition()
-	ok, err := a.drive(ctx, m, keys, token, opt, fences, false)
-	a.free()
-	return ok, err
 }
 
 // acquisitions keeps acquisitions for reuse: every acquire needs one, a

@@ -34,32 +34,17 @@ type Loop struct {
 // posts its atomic there instead of waiting for it.
 func (m *Map) Loop(bell *Doorbell) *Loop { return &Loop{m: m, bell: bell} }
 
-// Map is the map l is a view of.
-func (l *Loop) Map() *Map { return l.m }
-
 // Acquire is Map.Acquire that never blocks: a key it would have to wait
 // for answers ErrWouldBlock, with nothing held.
 func (l *Loop) Acquire(ctx context.Context, keys []string, token string, opt AcquireOptions) (fences []uint64, ok bool, err error) {
-	fences = make([]uint64, len(keys))
-	a := newAcquisition()
-	ok, err = a.drive(ctx, l.m, keys, token, opt, fences, true)
-	a.free()
-	if !ok {
-		return nil, false, err
-	}
-	return fences, true, nil
+	return l.m.acquireAll(ctx, keys, token, opt, true)
 }
 
 // AcquireKey is Map.AcquireKey that never blocks (see Acquire). An
 // exclusive acquire on an Inline map that would queue can instead queue
 // from here and be waited for elsewhere: AcquireOrQueue.
 func (l *Loop) AcquireKey(ctx context.Context, key, token string, opt AcquireOptions) (fence uint64, ok bool, err error) {
-	a := newAcquisition()
-	a.kbuf[0] = key
-	ok, err = a.drive(ctx, l.m, a.kbuf[:], token, opt, a.fbuf[:], true)
-	fence = a.fbuf[0]
-	a.free()
-	return fence, ok, err
+	return l.m.acquireKey(ctx, key, token, opt, true)
 }
 
 // Extend is Map.Extend that never blocks.
