@@ -157,19 +157,27 @@ func StartReady(cmd *exec.Cmd, ready *regexp.Regexp, timeout time.Duration) (str
 		return "", err
 	}
 	found := make(chan string, 1)
+	// A process that refuses its configuration exits at once; its stdout
+	// closing says so, and the caller hears it now, not after the timeout.
+	closed := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
 				found <- m[len(m)-1]
-				break
+				_, _ = io.Copy(io.Discard, out)
+				return
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
+		close(closed)
 	}()
 	select {
 	case s := <-found:
 		return s, nil
+	case <-closed:
+		err := cmd.Wait()
+		return "", fmt.Errorf("%s exited (%v) before printing a line matching %q", cmd.Path, err, ready)
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

@@ -200,13 +200,21 @@ func tcpfabPair(bin string) (pair, func(), error) {
 	var stop func()
 	pid := 0
 	if bin != "" {
-		cmd, a, err := startProc("memnode listening on ", bin,
-			"-listen", "127.0.0.1:0", "-metrics", "", "-entries", "65536", "-log-level", "warn",
-			"-heartbeat", benchHeartbeat.String(), "-dead-after", benchDeadAfter.String())
+		// A memnode will not start without somewhere to keep its state
+		// across restarts; a benchmark's run needs none beyond itself.
+		state, err := os.MkdirTemp("", "fabricbench-memnode-")
 		if err != nil {
 			return pair{}, nil, err
 		}
-		addr, stop, pid = a, func() { stopProc(cmd) }, cmd.Process.Pid
+		cmd, a, err := startProc("memnode listening on ", bin,
+			"-listen", "127.0.0.1:0", "-metrics", "", "-entries", "65536", "-log-level", "warn",
+			"-state-dir", state,
+			"-heartbeat", benchHeartbeat.String(), "-dead-after", benchDeadAfter.String())
+		if err != nil {
+			_ = os.RemoveAll(state)
+			return pair{}, nil, err
+		}
+		addr, stop, pid = a, func() { stopProc(cmd); _ = os.RemoveAll(state) }, cmd.Process.Pid
 	} else {
 		host := memnode.New(memnode.Config{Entries: 1 << 16, HeartbeatInterval: benchHeartbeat, DeadAfter: benchDeadAfter})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
