@@ -1,8 +1,6 @@
 package itest
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +14,10 @@ import (
 // acquire, release, extend and inspect only keys matching its patterns;
 // requirepass stays the default user's password, with every key.
 func TestACLUsers(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "proxy.yaml")
-	if err := os.WriteFile(cfg, []byte(`requirepass: "adminpw"
+	cfg := tempFile(t, "proxy.yaml", `requirepass: "adminpw"
 users:
   - {name: orders, password: "orderspw", keys: ["locks:orders:*"]}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	p := testproc.Proxy(t, "-config", cfg)
 	ctx := ctxT(t, time.Minute)
 	orders := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "orders", Password: "orderspw", MaxRetries: -1})

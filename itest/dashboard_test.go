@@ -3,17 +3,12 @@ package itest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
@@ -24,35 +19,26 @@ import (
 // joined to a live memory node, so that a renamed metric cannot leave a
 // panel empty or an alert silent.
 func TestDashboardMetricsExist(t *testing.T) {
-	root, err := testproc.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exprs := dashboardExprs(t, filepath.Join(root, "configs/grafana/shiftlock-proxy.json"))
-	exprs = append(exprs, ruleExprs(t, filepath.Join(root, "configs/prometheus/shiftlock-alerts.yml"))...)
+	exprs := dashboardExprs(t, "configs/grafana/shiftlock-proxy.json")
+	exprs = append(exprs, ruleExprs(t, "configs/prometheus/shiftlock-alerts.yml")...)
 	if len(exprs) < 10 {
 		t.Fatalf("only %d queries found in the dashboard and the rules", len(exprs))
 	}
 
-	mnMetrics := fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))
-	mn := testproc.Memnode(t, "-entries", "4096", "-metrics", mnMetrics)
+	mn := testproc.Memnode(t, "-entries", "4096", "-metrics", "127.0.0.1:0")
 	p := testproc.Proxy(t, "-memnode", mn.Addr, "-metrics", "127.0.0.1:0", "-acquire-wait", "5s")
-	maddr := metricsAddr(t, p)
 	// Some traffic, so that label-keyed series (commands) exist.
-	c := client(t, p.Addr)
-	ctx := ctxT(t, 30*time.Second)
-	release := redis.NewScript(casDelete)
-	if ok, err := c.SetNX(ctx, "dash", "a", time.Minute).Result(); !ok || err != nil {
-		t.Fatalf("SetNX: %v %v", ok, err)
-	}
-	if n, err := release.Run(ctx, c, []string{"dash"}, "a").Int(); n != 1 || err != nil {
-		t.Fatalf("release: %d %v", n, err)
+	if err := lockCycle(ctxT(t, 30*time.Second), client(t, p.Addr), "dash", "a", time.Minute); err != nil {
+		t.Fatal(err)
 	}
 
+	// The metric names the /metrics pages declare.
 	have := map[string]bool{}
-	for _, addr := range []string{maddr, mnMetrics} {
-		for name := range scrapeNames(t, "http://"+addr+"/metrics") {
-			have[name] = true
+	for _, addr := range []string{metricsAddr(t, p), metricsAddr(t, mn)} {
+		for _, l := range scrapeMetrics(t, addr) {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+				have[f[2]] = true
+			}
 		}
 	}
 	ident := regexp.MustCompile(`\b(?:proxy|memnode|rdma)_[a-z0-9_]+\b`)
@@ -83,12 +69,10 @@ func TestDashboardMetricsExist(t *testing.T) {
 	t.Logf("%d queries use %d metrics, all exported: %s", len(exprs), len(names), strings.Join(names, " "))
 }
 
-func dashboardExprs(t *testing.T, path string) []string {
+// dashboardExprs are the queries of the Grafana dashboard at path rel in
+// the module.
+func dashboardExprs(t *testing.T, rel string) []string {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d struct {
 		Panels []struct {
 			Title   string `json:"title"`
@@ -97,8 +81,8 @@ func dashboardExprs(t *testing.T, path string) []string {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err := json.Unmarshal(repoFile(t, rel), &d); err != nil {
+		t.Fatalf("%s: %v", rel, err)
 	}
 	var out []string
 	for _, p := range d.Panels {
@@ -112,12 +96,10 @@ func dashboardExprs(t *testing.T, path string) []string {
 	return out
 }
 
-func ruleExprs(t *testing.T, path string) []string {
+// ruleExprs are the queries of the Prometheus alert rules at path rel in
+// the module.
+func ruleExprs(t *testing.T, rel string) []string {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r struct {
 		Groups []struct {
 			Rules []struct {
@@ -126,35 +108,17 @@ func ruleExprs(t *testing.T, path string) []string {
 			} `yaml:"rules"`
 		} `yaml:"groups"`
 	}
-	if err := yaml.Unmarshal(b, &r); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err := yaml.Unmarshal(repoFile(t, rel), &r); err != nil {
+		t.Fatalf("%s: %v", rel, err)
 	}
 	var out []string
 	for _, g := range r.Groups {
 		for _, rule := range g.Rules {
 			if rule.Alert == "" || rule.Expr == "" {
-				t.Fatalf("%s: a rule without alert name or expr: %+v", path, rule)
+				t.Fatalf("%s: a rule without alert name or expr: %+v", rel, rule)
 			}
 			out = append(out, rule.Expr)
 		}
 	}
 	return out
-}
-
-// scrapeNames is the metric names a /metrics page declares.
-func scrapeNames(t *testing.T, url string) map[string]bool {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	names := map[string]bool{}
-	for _, l := range strings.Split(string(body), "\n") {
-		if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
-			names[f[2]] = true
-		}
-	}
-	return names
 }

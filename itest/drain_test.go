@@ -1,8 +1,6 @@
 package itest
 
 import (
-	"bufio"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -31,15 +29,8 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if err := waiter.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	queued := make(chan error, 1)
-	go func() {
-		ok, err := waiter.SetNX(ctx, "k", "w", time.Minute).Result()
-		if err == nil && !ok {
-			err = redis.Nil
-		}
-		queued <- err
-	}()
-	waitInfo(t, holder, "blocked_clients:1")
+	queued := setNXLater(ctx, waiter, "k", "w", time.Minute)
+	awaitInfo(t, holder, "blocked_clients:1")
 
 	p.Signal(syscall.SIGTERM)
 	deadline := time.Now().Add(30 * time.Second)
@@ -58,18 +49,11 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// A new connection is turned away with an error clients retry.
-	c, err := net.Dial("tcp", p.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	line, _ := bufio.NewReader(c).ReadString('\n')
-	c.Close()
-	if !strings.HasPrefix(line, "-TRYAGAIN") || !strings.Contains(line, "shutting down") {
+	if line := dialRaw(t, p.Addr).read(); !strings.HasPrefix(line, "-TRYAGAIN") || !strings.Contains(line, "shutting down") {
 		t.Fatalf("new connection while draining got %q", line)
 	}
 	// A connected client may not acquire anything new...
-	if err := holder.SetNX(ctx, "other", "h", time.Minute).Err(); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+	if err := holder.SetNX(ctx, "other", "h", time.Minute).Err(); err == nil || !isTryAgain(err) {
 		t.Fatalf("acquire while draining: %v; want TRYAGAIN", err)
 	}
 	// ...but releases, and the queued acquire is handed the lock.
@@ -112,25 +96,6 @@ func waitExit(t *testing.T, p *testproc.Proc, d time.Duration) {
 	for !p.Exited() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the proxy did not exit within %v:\n%s", d, p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitInfo polls INFO until it contains want.
-func waitInfo(t *testing.T, c *redis.Client, want string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := c.Info(ctxT(t, 10*time.Second)).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(info, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("INFO never showed %q:\n%s", want, info)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -43,74 +43,72 @@ const (
 // deadline.
 func TestLapsedLockCannotBeExtendedOrReleased(t *testing.T) {
 	redisSrv := testproc.Redis(t)
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe)
-			// Redis keeps time in whole milliseconds and expires a key once
-			// its clock is past the deadline: 6 ms after a 5 ms lock. The
-			// proxy ends a lock at the instant of its deadline: 100 µs
-			// after it, which a late timer easily misses.
-			for _, target := range []struct {
-				name, addr string
-				past       time.Duration
-			}{{"redis-server", redisSrv.Addr, 6 * time.Millisecond}, {"proxy", p.Addr, 5*time.Millisecond + 100*time.Microsecond}} {
-				past := target.past
-				t.Run(target.name, func(t *testing.T) {
-					ctx := ctxT(t, 2*time.Minute)
-					loadCtx, stopLoad := context.WithCancel(ctx)
-					var wg sync.WaitGroup
-					defer func() { stopLoad(); wg.Wait() }()
-					loadQueue(loadCtx, t, &wg, target.addr, 60)
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe)
+		// Redis keeps time in whole milliseconds and expires a key once
+		// its clock is past the deadline: 6 ms after a 5 ms lock. The
+		// proxy ends a lock at the instant of its deadline: 100 µs
+		// after it, which a late timer easily misses.
+		for _, target := range []struct {
+			name, addr string
+			past       time.Duration
+		}{{"redis-server", redisSrv.Addr, 6 * time.Millisecond}, {"proxy", p.Addr, 5*time.Millisecond + 100*time.Microsecond}} {
+			past := target.past
+			t.Run(target.name, func(t *testing.T) {
+				ctx := ctxT(t, 2*time.Minute)
+				loadCtx, stopLoad := context.WithCancel(ctx)
+				var wg sync.WaitGroup
+				defer func() { stopLoad(); wg.Wait() }()
+				loadQueue(loadCtx, t, &wg, target.addr, 60)
 
-					c := redis.NewClient(&redis.Options{Addr: target.addr, PoolSize: 4})
-					defer c.Close()
-					const tries = 100
-					revived := map[string]int{}
-					for i := 0; i < tries; i++ {
-						key := fmt.Sprintf("lapse:%s:%d", fe, i)
-						if ok, err := c.SetNX(ctx, key, "tok", 5*time.Millisecond).Result(); err != nil || !ok {
-							t.Fatalf("SET NX PX 5: %v %v", ok, err)
+				c := redis.NewClient(&redis.Options{Addr: target.addr, PoolSize: 4})
+				defer c.Close()
+				const tries = 100
+				revived := map[string]int{}
+				for i := 0; i < tries; i++ {
+					key := fmt.Sprintf("lapse:%s:%d", fe, i)
+					if ok, err := c.SetNX(ctx, key, "tok", 5*time.Millisecond).Result(); err != nil || !ok {
+						t.Fatalf("SET NX PX 5: %v %v", ok, err)
+					}
+					time.Sleep(past)
+					var n int64
+					var err error
+					switch i % 4 {
+					case 0:
+						var ok bool
+						ok, err = c.PExpire(ctx, key, time.Second).Result()
+						if ok {
+							revived["PEXPIRE"]++
 						}
-						time.Sleep(past)
-						var n int64
-						var err error
-						switch i % 4 {
-						case 0:
-							var ok bool
-							ok, err = c.PExpire(ctx, key, time.Second).Result()
-							if ok {
-								revived["PEXPIRE"]++
-							}
-						case 1:
-							n, err = c.Eval(ctx, redsyncExtend, []string{key}, "tok", 1000).Int64()
-							if n == 1 {
-								revived["extend script"]++
-							}
-						case 2:
-							n, err = c.Eval(ctx, redsyncRelease, []string{key}, "tok").Int64()
-							if n == 1 {
-								revived["release script"]++
-							}
-						case 3:
-							n, err = c.Do(ctx, "PTTL", key).Int64()
-							if n != -2 && n != 0 {
-								revived["PTTL"]++
-							}
+					case 1:
+						n, err = c.Eval(ctx, redsyncExtend, []string{key}, "tok", 1000).Int64()
+						if n == 1 {
+							revived["extend script"]++
 						}
-						if err != nil {
-							t.Fatalf("try %d: %v", i, err)
+					case 2:
+						n, err = c.Eval(ctx, redsyncRelease, []string{key}, "tok").Int64()
+						if n == 1 {
+							revived["release script"]++
 						}
-						if _, err := c.Get(ctx, key).Result(); err != redis.Nil {
-							revived["GET"]++
+					case 3:
+						n, err = c.Do(ctx, "PTTL", key).Int64()
+						if n != -2 && n != 0 {
+							revived["PTTL"]++
 						}
 					}
-					if len(revived) > 0 {
-						t.Fatalf("%s: lapsed locks answered as live: %v (GET after each of %d tries; each other command in a quarter)", target.name, revived, tries)
+					if err != nil {
+						t.Fatalf("try %d: %v", i, err)
 					}
-				})
-			}
-		})
-	}
+					if _, err := c.Get(ctx, key).Result(); err != redis.Nil {
+						revived["GET"]++
+					}
+				}
+				if len(revived) > 0 {
+					t.Fatalf("%s: lapsed locks answered as live: %v (GET after each of %d tries; each other command in a quarter)", target.name, revived, tries)
+				}
+			})
+		}
+	})
 }
 
 // loadQueue keeps n clients queued for one key, as a busy application does:

@@ -1,8 +1,6 @@
 package itest
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,15 +16,8 @@ import (
 // cannot join: it exits with the reason, and the memory node logs why it
 // closed the connection.
 func TestFabricSecret(t *testing.T) {
-	dir := t.TempDir()
-	secret := filepath.Join(dir, "fabric.secret")
-	wrong := filepath.Join(dir, "wrong.secret")
-	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(wrong, []byte("fedcba9876543210fedcba9876543210\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secret := writeFabricSecret(t)
+	wrong := tempFile(t, "wrong.secret", "fedcba9876543210fedcba9876543210\n")
 	mn := testproc.Memnode(t, "-entries", "4096", "-fabric-secret-file", secret)
 	a := testproc.Proxy(t, "-memnode", mn.Addr, "-fabric-secret-file", secret, "-acquire-wait", "10s")
 	b := testproc.Proxy(t, "-memnode", mn.Addr, "-fabric-secret-file", secret, "-acquire-wait", "10s")
@@ -35,15 +26,8 @@ func TestFabricSecret(t *testing.T) {
 	if ok, err := ca.SetNX(ctx, "fab", "x", time.Minute).Result(); !ok || err != nil {
 		t.Fatalf("SetNX through a: %v %v", ok, err)
 	}
-	queued := make(chan error, 1)
-	go func() {
-		ok, err := cb.SetNX(ctx, "fab", "y", time.Minute).Result()
-		if err == nil && !ok {
-			err = redis.Nil
-		}
-		queued <- err
-	}()
-	waitInfo(t, cb, "blocked_clients:1")
+	queued := setNXLater(ctx, cb, "fab", "y", time.Minute)
+	awaitInfo(t, cb, "blocked_clients:1")
 	if n, err := redis.NewScript(casDelete).Run(ctx, ca, []string{"fab"}, "x").Int(); n != 1 || err != nil {
 		t.Fatalf("release through a: %d %v", n, err)
 	}

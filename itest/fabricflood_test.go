@@ -4,10 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +14,7 @@ import (
 // writeFabricSecret writes a fabric secret file for the test.
 func writeFabricSecret(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "fabric.secret")
-	if err := os.WriteFile(p, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return tempFile(t, "fabric.secret", "0123456789abcdef0123456789abcdef\n")
 }
 
 // refuseMany opens n connections to a fabric port that requires the
@@ -41,28 +33,6 @@ func refuseMany(t *testing.T, addr string, n int) {
 		_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 		_ = c.Close()
 	}
-}
-
-// metricValue is the value of the unlabelled series name at addr's
-// /metrics, or -1 if it is not there.
-func metricValue(t *testing.T, addr, name string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, l := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(l, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %q", name, l)
-			}
-			return f
-		}
-	}
-	return -1
 }
 
 // TestFabricRefusalFloodIsCountedNotLogged: unauthenticated connections to
@@ -94,16 +64,14 @@ func TestFabricRefusalFloodIsCountedNotLogged(t *testing.T) {
 		}
 		// The first refusal's line precedes the last count, but stderr is
 		// read on its own: wait for it.
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(c.proc.Output(), c.message) && time.Now().Before(deadline); {
-			time.Sleep(20 * time.Millisecond)
-		}
+		awaitOutput(t, c.proc, c.message, 10*time.Second)
 		elapsed := time.Since(start)
 		if got != flood {
-			t.Errorf("%s: %s is %v after %d refused connections, want %d (-1: not exported)", c.proc.Name, c.metric, got, flood, flood)
+			t.Errorf("%s: %s is %v after %d refused connections, want %d", c.proc.Name, c.metric, got, flood, flood)
 		}
 		lines := strings.Count(c.proc.Output(), c.message)
-		if bound := 2 + int(elapsed/time.Second); lines > bound || lines == 0 {
-			t.Errorf("%s: %d refused connections in %v wrote %d log lines, want 1 to %d", c.proc.Name, flood, elapsed.Round(time.Millisecond), lines, bound)
+		if bound := 2 + int(elapsed/time.Second); lines > bound {
+			t.Errorf("%s: %d refused connections in %v wrote %d log lines, want at most %d", c.proc.Name, flood, elapsed.Round(time.Millisecond), lines, bound)
 		}
 	}
 }

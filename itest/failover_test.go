@@ -32,6 +32,43 @@ func haMemnode(t *testing.T, etcd *testproc.EtcdCluster, port int, ready *regexp
 	}, ready)
 }
 
+// haShard is shard "default" on a three-member etcd, with two memory nodes
+// campaigning for it, each on a port of its own: a, which leads, and b,
+// which stands by.
+type haShard struct {
+	etcd         *testproc.EtcdCluster
+	portA, portB int
+	a, b         *testproc.Proc
+}
+
+// startHAShard starts an haShard, and returns once a leads.
+func startHAShard(t *testing.T) *haShard {
+	t.Helper()
+	s := &haShard{etcd: testproc.Etcd(t, 3), portA: testproc.FreePort(t), portB: testproc.FreePort(t)}
+	s.a = haMemnode(t, s.etcd, s.portA, testproc.MemnodeReady)
+	s.b = haMemnode(t, s.etcd, s.portB, memnodeStandby)
+	return s
+}
+
+// proxies starts n proxies, named proxy-0 and on, that follow the shard's
+// active memory node.
+func (s *haShard) proxies(t *testing.T, n int) []*testproc.Proc {
+	t.Helper()
+	var ps []*testproc.Proc
+	for i := 0; i < n; i++ {
+		ps = append(ps, testproc.Proxy(t, "-etcd", strings.Join(s.etcd.Endpoints(), ","), "-shard", "default",
+			"-peer-listen", "127.0.0.1:0", "-name", fmt.Sprintf("proxy-%d", i)))
+	}
+	return ps
+}
+
+// restartA starts memory node a again on its port, after it was killed: it
+// comes back as a standby.
+func (s *haShard) restartA(t *testing.T) {
+	t.Helper()
+	haMemnode(t, s.etcd, s.portA, memnodeStandby)
+}
+
 // TestFailover runs the whole path with real processes: a three-member
 // etcd, two memory nodes (one active, one standing by) and two proxies,
 // with redsync clients working throughout. The active memory node is killed
@@ -41,16 +78,10 @@ func haMemnode(t *testing.T, etcd *testproc.EtcdCluster, port int, ready *regexp
 // first node takes over, and the frozen one, woken, deposes itself: it never
 // serves again, and fencing tokens only grow through both failovers.
 func TestFailover(t *testing.T) {
-	etcd := testproc.Etcd(t, 3)
-	portA, portB := testproc.FreePort(t), testproc.FreePort(t)
-	a := haMemnode(t, etcd, portA, testproc.MemnodeReady)
-	b := haMemnode(t, etcd, portB, memnodeStandby)
-	var proxies []*testproc.Proc
-	for i := 0; i < 2; i++ {
-		proxies = append(proxies, testproc.Proxy(t, "-etcd", strings.Join(etcd.Endpoints(), ","), "-shard", "default",
-			"-peer-listen", "127.0.0.1:0", "-name", fmt.Sprintf("proxy-%d", i)))
-	}
-	cli, err := ha.Dial(etcd.Endpoints(), nil)
+	shard := startHAShard(t)
+	a, b := shard.a, shard.b
+	proxies := shard.proxies(t, 2)
+	cli, err := ha.Dial(shard.etcd.Endpoints(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +191,7 @@ func TestFailover(t *testing.T) {
 	}
 
 	// 2. the killed node comes back as a standby; freeze the active one.
-	haMemnode(t, etcd, portA, memnodeStandby)
+	shard.restartA(t)
 	rec2 = record()
 	b.Signal(19) // SIGSTOP
 	rec3 := takeover(rec2.Generation + 1)
@@ -174,22 +205,16 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("after the freeze: generation %d -> %d, fencing token %d -> %d (old high water %d)", rec2.Generation, gen3, tok2, tok3, rec2.RelHighWater)
 	}
 	b.Signal(18) // SIGCONT: it must find itself deposed
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.Output(), "lost the shard; standing by again") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the woken node did not step down:\n%s", b.Output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitOutput(t, b, "lost the shard; standing by again", 10*time.Second)
 	progress("after the frozen node woke")
-	if rec, _, _ := ha.Read(ctxT(t, 5*time.Second), cli, "default"); rec.Generation != gen3 || rec.Active != fmt.Sprintf("127.0.0.1:%d", portA) {
+	if rec, _, _ := ha.Read(ctxT(t, 5*time.Second), cli, "default"); rec.Generation != gen3 || rec.Active != fmt.Sprintf("127.0.0.1:%d", shard.portA) {
 		t.Fatalf("the woken node changed the record: %+v", rec)
 	}
 	if tok4 := fence(); tok4 <= tok3 {
 		t.Fatalf("fencing token went back: %d after %d", tok4, tok3)
 	}
 	// The deposed node serves nothing: a standby holds no port.
-	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", portB), time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", shard.portB), time.Second); err == nil {
 		c.Close()
 		t.Fatal("the deposed memory node still accepts connections")
 	}

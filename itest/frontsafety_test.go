@@ -90,50 +90,48 @@ func TestInputMemoryIsBounded(t *testing.T) {
 		{"multibulk of 65536 empty arguments", manyArgs.String(), false},
 		{"a megabyte of one-word commands", strings.Repeat("a\r\n", 350000), false},
 	}
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe, "-requirepass", "pw")
-			holder := dialRaw(t, p.Addr)
-			if got := holder.do("AUTH", "pw"); got != "+OK" {
-				t.Fatalf("AUTH = %q", got)
-			}
-			if got := holder.do("SET", "held", "me", "NX", "PX", "600000"); got != "+OK" {
-				t.Fatalf("SET = %q", got)
-			}
-			for _, authed := range []bool{false, true} {
-				for _, c := range cases {
-					in := c.in
-					if authed {
-						in = "AUTH pw\r\n" + in
-					}
-					if !c.closes {
-						in += "QUIT\r\n" // the proxy closes: the reply is all there
-					}
-					resetPeak(t, p)
-					before := procKB(t, p, "VmRSS")
-					out := sendAndRead(t, p.Addr, in)
-					grew := procKB(t, p, "VmHWM") - before
-					// 32 MiB of replies may wait for a client that reads
-					// slowly (max_output_bytes), 32 MiB more for the Go
-					// heap's slack, and 16 times the input.
-					bound := int64(64<<10) + 16*int64(len(in))/1024
-					t.Logf("%s (authed %v, %d bytes): peak RSS +%d kB (bound %d kB), reply %q...", c.name, authed, len(in), grew, bound, firstLine(out))
-					if p.Exited() {
-						t.Fatalf("%s: the proxy died:\n%s", c.name, p.Output())
-					}
-					if grew > bound {
-						t.Errorf("%s (authed %v): peak RSS grew %d kB for %d bytes of input; bound %d kB", c.name, authed, grew, len(in), bound)
-					}
-					if c.closes && !strings.HasPrefix(out, "-ERR Protocol error: too big inline request") && !(authed && strings.HasPrefix(out, "+OK\r\n-ERR Protocol error: too big inline request")) {
-						t.Errorf("%s: reply %q, want Redis's -ERR Protocol error: too big inline request", c.name, firstLine(out))
-					}
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe, "-requirepass", "pw")
+		holder := dialRaw(t, p.Addr)
+		if got := holder.do("AUTH", "pw"); got != "+OK" {
+			t.Fatalf("AUTH = %q", got)
+		}
+		if got := holder.do("SET", "held", "me", "NX", "PX", "600000"); got != "+OK" {
+			t.Fatalf("SET = %q", got)
+		}
+		for _, authed := range []bool{false, true} {
+			for _, c := range cases {
+				in := c.in
+				if authed {
+					in = "AUTH pw\r\n" + in
+				}
+				if !c.closes {
+					in += "QUIT\r\n" // the proxy closes: the reply is all there
+				}
+				resetPeak(t, p)
+				before := procKB(t, p, "VmRSS")
+				out := sendAndRead(t, p.Addr, in)
+				grew := procKB(t, p, "VmHWM") - before
+				// 32 MiB of replies may wait for a client that reads
+				// slowly (max_output_bytes), 32 MiB more for the Go
+				// heap's slack, and 16 times the input.
+				bound := int64(64<<10) + 16*int64(len(in))/1024
+				t.Logf("%s (authed %v, %d bytes): peak RSS +%d kB (bound %d kB), reply %q...", c.name, authed, len(in), grew, bound, firstLine(out))
+				if p.Exited() {
+					t.Fatalf("%s: the proxy died:\n%s", c.name, p.Output())
+				}
+				if grew > bound {
+					t.Errorf("%s (authed %v): peak RSS grew %d kB for %d bytes of input; bound %d kB", c.name, authed, grew, len(in), bound)
+				}
+				if c.closes && !strings.HasPrefix(out, "-ERR Protocol error: too big inline request") && !(authed && strings.HasPrefix(out, "+OK\r\n-ERR Protocol error: too big inline request")) {
+					t.Errorf("%s: reply %q, want Redis's -ERR Protocol error: too big inline request", c.name, firstLine(out))
 				}
 			}
-			if got := holder.do("GET", "held"); got != "me" {
-				t.Fatalf("the lock held through the attacks: GET = %q", got)
-			}
-		})
-	}
+		}
+		if got := holder.do("GET", "held"); got != "me" {
+			t.Fatalf("the lock held through the attacks: GET = %q", got)
+		}
+	})
 }
 
 func firstLine(s string) string {
@@ -153,36 +151,34 @@ func firstLine(s string) string {
 // runs, and nothing of the pipeline is answered. The victim keeps its lock,
 // and the proxy logs the attempt.
 func TestCrossProtocolRequestClosed(t *testing.T) {
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe)
-			victim := dialRaw(t, p.Addr)
-			if got := victim.do("SET", "victim", "me", "NX", "PX", "600000"); got != "+OK" {
-				t.Fatalf("SET = %q", got)
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe)
+		victim := dialRaw(t, p.Addr)
+		if got := victim.do("SET", "victim", "me", "NX", "PX", "600000"); got != "+OK" {
+			t.Fatalf("SET = %q", got)
+		}
+		body := "DEL victim\r\nSET victim attacker NX PX 60000\r\n"
+		for name, in := range map[string]string{
+			"curl POST": "POST / HTTP/1.1\r\nHost: " + p.Addr + "\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n" +
+				"Content-Length: " + strconv.Itoa(len(body)) + "\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\n" + body,
+			"GET then Host:":         "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + body,
+			"lower-case host:":       "PING\r\nhost: x\r\n" + body,
+			"multibulk post":         "*1\r\n$4\r\npOsT\r\n" + respCmd("DEL", "victim") + respCmd("SET", "victim", "attacker", "NX", "PX", "60000"),
+			"multibulk Host: args":   respCmd("PING") + respCmd("HOST:", "x") + respCmd("DEL", "victim"),
+			"after a complete batch": respCmd("EXISTS", "victim") + "POST /x HTTP/1.0\r\n\r\n" + body,
+		} {
+			out := sendAndRead(t, p.Addr, in)
+			if out != "" {
+				t.Errorf("%s: answered %q; the connection must close with no reply", name, out)
 			}
-			body := "DEL victim\r\nSET victim attacker NX PX 60000\r\n"
-			for name, in := range map[string]string{
-				"curl POST": "POST / HTTP/1.1\r\nHost: " + p.Addr + "\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n" +
-					"Content-Length: " + strconv.Itoa(len(body)) + "\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\n" + body,
-				"GET then Host:":         "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + body,
-				"lower-case host:":       "PING\r\nhost: x\r\n" + body,
-				"multibulk post":         "*1\r\n$4\r\npOsT\r\n" + respCmd("DEL", "victim") + respCmd("SET", "victim", "attacker", "NX", "PX", "60000"),
-				"multibulk Host: args":   respCmd("PING") + respCmd("HOST:", "x") + respCmd("DEL", "victim"),
-				"after a complete batch": respCmd("EXISTS", "victim") + "POST /x HTTP/1.0\r\n\r\n" + body,
-			} {
-				out := sendAndRead(t, p.Addr, in)
-				if out != "" {
-					t.Errorf("%s: answered %q; the connection must close with no reply", name, out)
-				}
-				if got := victim.do("GET", "victim"); got != "me" {
-					t.Fatalf("%s: the victim's lock is now %q", name, got)
-				}
+			if got := victim.do("GET", "victim"); got != "me" {
+				t.Fatalf("%s: the victim's lock is now %q", name, got)
 			}
-			if !strings.Contains(p.Output(), "Possible SECURITY ATTACK detected") {
-				t.Errorf("the proxy did not log the attack:\n%s", p.Output())
-			}
-		})
-	}
+		}
+		if !strings.Contains(p.Output(), "Possible SECURITY ATTACK detected") {
+			t.Errorf("the proxy did not log the attack:\n%s", p.Output())
+		}
+	})
 }
 
 // TestTLSHandshakeOffAcceptLoop (item 9): TLS handshakes run off the
@@ -195,69 +191,67 @@ func TestTLSHandshakeOffAcceptLoop(t *testing.T) {
 	ca := newPKI(t, "proxy")
 	cert, key := ca.issue(t, "server", true)
 	tlsCfg := &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1"}
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe, "-maxclients", "20", "-tls-listen", "127.0.0.1:0", "-tls-cert-file", cert, "-tls-key-file", key)
-			addr := tlsAddr(t, p)
-			var silent []net.Conn
-			var mu sync.Mutex
-			t.Cleanup(func() {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, c := range silent {
-					c.Close()
-				}
-			})
-			dialSilent := func() {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				mu.Lock()
-				silent = append(silent, c)
-				mu.Unlock()
-			}
-			tlsPing := func() string {
-				t.Helper()
-				d := &net.Dialer{Timeout: 20 * time.Second}
-				c, err := tls.DialWithDialer(d, "tcp", addr, tlsCfg)
-				if err != nil {
-					return "handshake: " + err.Error()
-				}
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-				if _, err := c.Write([]byte("PING\r\n")); err != nil {
-					return err.Error()
-				}
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err != nil {
-					return err.Error()
-				}
-				return strings.TrimRight(line, "\r\n")
-			}
-			for i := 0; i < 30; i++ {
-				dialSilent()
-			}
-			plain := dialRaw(t, p.Addr)
-			if got := plain.do("PING"); got != "+PONG" {
-				t.Fatalf("the plain port with 30 silent TLS connections and maxclients 20: %q", got)
-			}
-			if got := tlsPing(); got != "+PONG" {
-				t.Fatalf("a TLS client behind 30 silent connections: %q", got)
-			}
-			// Fill the proxy: 19 more plain clients (20 with the first).
-			for i := 0; i < 19; i++ {
-				if got := dialRaw(t, p.Addr).do("PING"); got != "+PONG" {
-					t.Fatalf("plain client %d: %q", i+2, got)
-				}
-			}
-			dialSilent()
-			if got := tlsPing(); got != "-ERR max number of clients reached" {
-				t.Fatalf("a TLS client past maxclients, behind a silent connection: %q", got)
-			}
-			if got := plain.do("PING"); got != "+PONG" {
-				t.Fatalf("a connected client after all this: %q", got)
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe, "-maxclients", "20", "-tls-listen", "127.0.0.1:0", "-tls-cert-file", cert, "-tls-key-file", key)
+		addr := tlsAddr(t, p)
+		var silent []net.Conn
+		var mu sync.Mutex
+		t.Cleanup(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range silent {
+				c.Close()
 			}
 		})
-	}
+		dialSilent := func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			silent = append(silent, c)
+			mu.Unlock()
+		}
+		tlsPing := func() string {
+			t.Helper()
+			d := &net.Dialer{Timeout: 20 * time.Second}
+			c, err := tls.DialWithDialer(d, "tcp", addr, tlsCfg)
+			if err != nil {
+				return "handshake: " + err.Error()
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := c.Write([]byte("PING\r\n")); err != nil {
+				return err.Error()
+			}
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return err.Error()
+			}
+			return strings.TrimRight(line, "\r\n")
+		}
+		for i := 0; i < 30; i++ {
+			dialSilent()
+		}
+		plain := dialRaw(t, p.Addr)
+		if got := plain.do("PING"); got != "+PONG" {
+			t.Fatalf("the plain port with 30 silent TLS connections and maxclients 20: %q", got)
+		}
+		if got := tlsPing(); got != "+PONG" {
+			t.Fatalf("a TLS client behind 30 silent connections: %q", got)
+		}
+		// Fill the proxy: 19 more plain clients (20 with the first).
+		for i := 0; i < 19; i++ {
+			if got := dialRaw(t, p.Addr).do("PING"); got != "+PONG" {
+				t.Fatalf("plain client %d: %q", i+2, got)
+			}
+		}
+		dialSilent()
+		if got := tlsPing(); got != "-ERR max number of clients reached" {
+			t.Fatalf("a TLS client past maxclients, behind a silent connection: %q", got)
+		}
+		if got := plain.do("PING"); got != "+PONG" {
+			t.Fatalf("a connected client after all this: %q", got)
+		}
+	})
 }

@@ -1,10 +1,6 @@
 package itest
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,56 +8,6 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
-
-// send writes commands as one pipeline, without reading.
-func (rc *rawConn) send(cmds ...[]string) {
-	rc.t.Helper()
-	var b strings.Builder
-	for _, args := range cmds {
-		fmt.Fprintf(&b, "*%d\r\n", len(args))
-		for _, a := range args {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-		}
-	}
-	_ = rc.c.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := rc.c.Write([]byte(b.String())); err != nil {
-		rc.t.Fatal(err)
-	}
-}
-
-// read reads one reply, as do returns it.
-func (rc *rawConn) read() string {
-	rc.t.Helper()
-	_ = rc.c.SetDeadline(time.Now().Add(20 * time.Second))
-	line, err := rc.r.ReadString('\n')
-	if err != nil {
-		return "closed: " + err.Error()
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if !strings.HasPrefix(line, "$") {
-		return line
-	}
-	n, _ := strconv.Atoi(line[1:])
-	if n < 0 {
-		return line
-	}
-	buf := make([]byte, n+2)
-	if _, err := io.ReadFull(rc.r, buf); err != nil {
-		return "closed: " + err.Error()
-	}
-	return string(buf[:n])
-}
-
-// answered reports whether a reply has arrived, without waiting for one.
-func (rc *rawConn) answered() bool {
-	if rc.r.Buffered() > 0 {
-		return true
-	}
-	_ = rc.c.SetReadDeadline(time.Now().Add(time.Millisecond))
-	_, err := rc.r.Peek(1)
-	var ne net.Error
-	return !(errors.As(err, &ne) && ne.Timeout())
-}
 
 // TestConnectionNeverWaitsBehindItself: clients that multiplex callers over
 // one connection (ioredis, node-redis, StackExchange.Redis, Lettuce) send a
@@ -73,11 +19,11 @@ func (rc *rawConn) answered() bool {
 // acquire waited out its budget behind its own connection's unlock (and
 // was refused), and the extend ran after the lock had expired.
 func TestConnectionNeverWaitsBehindItself(t *testing.T) {
-	for _, fe := range []string{"gnet", "redcon"} {
+	eachFrontend(t, func(t *testing.T, fe string) {
 		for _, memnode := range []bool{false, true} {
-			name := fe + "/embedded"
+			name := "embedded"
 			if memnode {
-				name = fe + "/memnode"
+				name = "memnode"
 			}
 			t.Run(name, func(t *testing.T) {
 				// A fixed budget: every try waits (with "auto" only a
@@ -138,5 +84,5 @@ func TestConnectionNeverWaitsBehindItself(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 }

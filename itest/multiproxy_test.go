@@ -1,13 +1,8 @@
 package itest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"regexp"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,25 +63,6 @@ func (g *respGrant) Release(ctx context.Context) error {
 	return err
 }
 
-// sends reads a proxy's outbound Send count from its /metrics.
-func sends(t *testing.T, metricsAddr string) float64 {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "rdma_verbs_total") && strings.Contains(line, `verb="send"`) && strings.Contains(line, `direction="out"`) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return v
-		}
-	}
-	return 0
-}
-
 // TestMultiProxyMutualExclusion: three proxy processes share one memnode
 // process; clients on all three contend for the same few keys in shared and
 // exclusive mode. The checker must stay clean, and handovers must cross
@@ -95,16 +71,9 @@ func TestMultiProxyMutualExclusion(t *testing.T) {
 	mn := testproc.Memnode(t, "-entries", "65536")
 	var lockers []shiftlock.Locker
 	var metrics []string
-	metricsRe := regexp.MustCompile(`metrics on (\S+)`)
 	for i := 0; i < 3; i++ {
-		port := testproc.FreePort(t)
-		p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"),
-			append([]string{"-listen", "127.0.0.1:0", "-memnode", mn.Addr, "-metrics", fmt.Sprintf("127.0.0.1:%d", port)}, testproc.ProxyArgs()...),
-			regexp.MustCompile(`proxy listening on (\S+)`))
-		if !metricsRe.MatchString(p.Output()) {
-			t.Fatalf("proxy did not print its metrics address:\n%s", p.Output())
-		}
-		metrics = append(metrics, fmt.Sprintf("127.0.0.1:%d", port))
+		p := testproc.Proxy(t, "-memnode", mn.Addr, "-metrics", "127.0.0.1:0")
+		metrics = append(metrics, metricsAddr(t, p))
 		lockers = append(lockers, &respLocker{c: client(t, p.Addr), keys: 4, name: fmt.Sprintf("p%d", i)})
 	}
 	chk := locktest.NewChecker(4)

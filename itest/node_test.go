@@ -95,12 +95,7 @@ func TestNodeMultiplexedHotKey(t *testing.T) {
 	for _, lib := range []string{"redlock4", "redlock5", "universal"} {
 		for _, server := range []string{"redis-server", "proxy"} {
 			t.Run(lib+"/"+server, func(t *testing.T) {
-				var addr string
-				if server == "proxy" {
-					addr = testproc.Proxy(t).Addr
-				} else {
-					addr = testproc.Redis(t).Addr
-				}
+				addr := startServer(t, server)
 				// A TTL of 4 s: a Node.js process stalled for a second on a
 				// loaded CI machine must not count as a lost lock.
 				got := runNode(t, mods, "hotkey", addr, map[string]any{"lib": lib, "ttl": 4000})
@@ -167,13 +162,7 @@ func TestNodePipelineBehindQueuedAcquire(t *testing.T) {
 	want := []any{nil, "PONG", float64(1)}
 	for _, server := range []string{"redis-server", "proxy"} {
 		t.Run(server, func(t *testing.T) {
-			var addr string
-			if server == "proxy" {
-				addr = testproc.Proxy(t).Addr
-			} else {
-				addr = testproc.Redis(t).Addr
-			}
-			got := runNode(t, mods, "pipeline", addr, nil)
+			got := runNode(t, mods, "pipeline", startServer(t, server), nil)
 			t.Logf("%v", got)
 			if got["fatal"] != nil {
 				t.Fatalf("the client failed: %v", got["fatal"])

@@ -1,7 +1,6 @@
 package itest
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -17,93 +16,51 @@ import (
 // error and closed, while the two keep working; once one leaves, a new one
 // is served. INFO counts the refusal.
 func TestMaxClients(t *testing.T) {
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-maxclients", "2", "-frontend", fe)
-			dial := func() (net.Conn, *bufio.Reader) {
-				t.Helper()
-				c, err := net.Dial("tcp", p.Addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.Close() })
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				return c, bufio.NewReader(c)
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-maxclients", "2", "-frontend", fe)
+		a, b := dialRaw(t, p.Addr), dialRaw(t, p.Addr)
+		for _, c := range []*rawConn{a, b} {
+			if got := c.do("PING"); got != "+PONG" {
+				t.Fatalf("PING within maxclients = %q", got)
 			}
-			ping := func(c net.Conn, r *bufio.Reader) string {
-				t.Helper()
-				if _, err := c.Write([]byte("PING\r\n")); err != nil {
-					return err.Error()
-				}
-				line, err := r.ReadString('\n')
-				if err != nil {
-					return err.Error()
-				}
-				return line
+		}
+		third := dialRaw(t, p.Addr)
+		if got := third.read(); got != "-ERR max number of clients reached" {
+			t.Fatalf("connection past maxclients got %q", got)
+		}
+		if _, err := third.r.ReadByte(); err != io.EOF {
+			t.Fatalf("connection past maxclients not closed: %v", err)
+		}
+		if got := a.do("PING"); got != "+PONG" {
+			t.Fatalf("PING after the refusal = %q", got)
+		}
+		b.c.Close()
+		// The proxy learns of the hang-up asynchronously: a new client
+		// is served once it has.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			d := dialRaw(t, p.Addr)
+			if got := d.do("PING"); got == "+PONG" {
+				break
+			} else if !strings.Contains(got, "max number of clients") && !strings.Contains(got, "EOF") && !strings.Contains(got, "reset") {
+				t.Fatalf("new connection after one left: %q", got)
 			}
-			a, ra := dial()
-			b, rb := dial()
-			for _, x := range []struct {
-				c net.Conn
-				r *bufio.Reader
-			}{{a, ra}, {b, rb}} {
-				if got := ping(x.c, x.r); got != "+PONG\r\n" {
-					t.Fatalf("PING within maxclients = %q", got)
-				}
+			d.c.Close()
+			if time.Now().After(deadline) {
+				t.Fatal("no connection was served after a client left")
 			}
-			_, rc := dial()
-			line, err := rc.ReadString('\n')
-			if line != "-ERR max number of clients reached\r\n" {
-				t.Fatalf("connection past maxclients got %q, %v", line, err)
+			time.Sleep(20 * time.Millisecond)
+		}
+		info := a.do("INFO")
+		for _, want := range []string{"maxclients:2\r\n", "rejected_connections:"} {
+			if !strings.Contains(info, want) {
+				t.Fatalf("INFO lacks %q:\n%s", want, info)
 			}
-			if _, err := rc.ReadByte(); err != io.EOF {
-				t.Fatalf("connection past maxclients not closed: %v", err)
-			}
-			if got := ping(a, ra); got != "+PONG\r\n" {
-				t.Fatalf("PING after the refusal = %q", got)
-			}
-			b.Close()
-			// The proxy learns of the hang-up asynchronously: a new client
-			// is served once it has.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				d, rd := dial()
-				if got := ping(d, rd); got == "+PONG\r\n" {
-					break
-				} else if !strings.Contains(got, "max number of clients") && !strings.Contains(got, "EOF") && !strings.Contains(got, "reset") {
-					t.Fatalf("new connection after one left: %q", got)
-				}
-				d.Close()
-				if time.Now().After(deadline) {
-					t.Fatal("no connection was served after a client left")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if _, err := a.Write([]byte("INFO\r\n")); err != nil {
-				t.Fatal(err)
-			}
-			hdr, _ := ra.ReadString('\n')
-			if !strings.HasPrefix(hdr, "$") {
-				t.Fatalf("INFO = %q", hdr)
-			}
-			var info strings.Builder
-			for !strings.Contains(info.String(), "# Locks") {
-				l, err := ra.ReadString('\n')
-				if err != nil {
-					t.Fatal(err)
-				}
-				info.WriteString(l)
-			}
-			for _, want := range []string{"maxclients:2\r\n", "rejected_connections:"} {
-				if !strings.Contains(info.String(), want) {
-					t.Fatalf("INFO lacks %q:\n%s", want, info.String())
-				}
-			}
-			if strings.Contains(info.String(), "rejected_connections:0\r\n") {
-				t.Fatalf("INFO does not count the refusal:\n%s", info.String())
-			}
-		})
-	}
+		}
+		if strings.Contains(info, "rejected_connections:0\r\n") {
+			t.Fatalf("INFO does not count the refusal:\n%s", info)
+		}
+	})
 }
 
 // TestProbes: a proxy joined to a memory node is live and ready; when the
@@ -147,12 +104,6 @@ func TestProbes(t *testing.T) {
 	if err := mn.Freeze(); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			mn.Signal(syscall.SIGCONT)
-		}
-	})
 	body := waitFor("memory node stopped", 503)
 	if !strings.Contains(body, mn.Addr) {
 		t.Fatalf("/readyz does not name the memory node: %q", body)
@@ -161,7 +112,6 @@ func TestProbes(t *testing.T) {
 		t.Fatalf("/healthz = %d while the memory node is stopped; liveness must not follow it", code)
 	}
 	mn.Signal(syscall.SIGCONT)
-	resumed = true
 	waitFor("memory node resumed", 200)
 }
 
@@ -194,13 +144,8 @@ func TestOutputLimit(t *testing.T) {
 			t.Fatalf("reading after the flood: %v", err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.Output(), "over the output limit") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy never closed a client that does not read:\n%s", p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The proxy closed the client that does not read.
+	awaitOutput(t, p, "over the output limit", 10*time.Second)
 	other := dialRaw(t, p.Addr)
 	if got := other.do("PING"); got != "+PONG" {
 		t.Fatalf("another client after the flood: %q", got)

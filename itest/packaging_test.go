@@ -34,17 +34,13 @@ func TestPackagingCommandLines(t *testing.T) {
 		}
 	}
 
-	b, err := os.ReadFile(filepath.Join(root, "packaging/compose.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var compose struct {
 		Services map[string]struct {
 			Entrypoint []string `yaml:"entrypoint"`
 			Command    []string `yaml:"command"`
 		} `yaml:"services"`
 	}
-	if err := yaml.Unmarshal(b, &compose); err != nil {
+	if err := yaml.Unmarshal(repoFile(t, "packaging/compose.yaml"), &compose); err != nil {
 		t.Fatalf("compose.yaml: %v", err)
 	}
 	if len(compose.Services) != 3 {

@@ -1,45 +1,26 @@
 package itest
 
 import (
-	"bufio"
-	"fmt"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
-
-// respCmd builds one RESP command.
-func respCmd(args ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.String()
-}
 
 // exchange sends raw followed by a PING on a new connection, and returns
 // the reply lines up to the PONG, or up to the connection's end
 // (marked "<closed>"). Every reply it is used for is one line.
 func exchange(t *testing.T, addr, raw string) []string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := c.Write([]byte(raw + "PING\r\n")); err != nil {
+	c := dialRaw(t, addr)
+	defer c.c.Close()
+	if err := c.write(raw + "PING\r\n"); err != nil {
 		return []string{"<closed>"}
 	}
-	r := bufio.NewReader(c)
 	var out []string
 	for {
-		line, err := r.ReadString('\n')
+		line, err := c.r.ReadString('\n')
 		if err != nil {
 			return append(out, "<closed>")
 		}
@@ -94,35 +75,21 @@ func TestRedisParity(t *testing.T) {
 		respCmd("SET", "p12", "v", "NX", "NX", "PX", "60000"),
 		respCmd("SET", "p13", "v", "NX", "PX", "60000") + respCmd("PEXPIRE", "p13", "+100") + respCmd("PEXPIRE", "p13", "0100"),
 	}
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe)
-			for _, raw := range cases {
-				// Fresh keys on redis-server for each front end.
-				if _, err := redisFlush(rs.Addr); err != nil {
-					t.Fatal(err)
-				}
-				want := normalize(exchange(t, rs.Addr, raw))
-				got := normalize(exchange(t, p.Addr, raw))
-				if got != want {
-					t.Errorf("%q:\n  proxy:        %s\n  redis-server: %s", raw, got, want)
-				}
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe)
+		flush := dialRaw(t, rs.Addr)
+		for _, raw := range cases {
+			// Fresh keys on redis-server for each front end.
+			if got := flush.do("FLUSHALL"); got != "+OK" {
+				t.Fatalf("FLUSHALL on redis-server: %q", got)
 			}
-		})
-	}
-}
-
-func redisFlush(addr string) (string, error) {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write([]byte("FLUSHALL\r\n")); err != nil {
-		return "", err
-	}
-	return bufio.NewReader(c).ReadString('\n')
+			want := normalize(exchange(t, rs.Addr, raw))
+			got := normalize(exchange(t, p.Addr, raw))
+			if got != want {
+				t.Errorf("%q:\n  proxy:        %s\n  redis-server: %s", raw, got, want)
+			}
+		}
+	})
 }
 
 // TestLockOptionsOnce (issue 32, item 12): LOCK.ACQUIRE's options are the
@@ -130,39 +97,37 @@ func redisFlush(addr string) (string, error) {
 // conflicting option is a syntax error that names it, rather than a guess
 // at what the client meant; numbers follow Redis's integer syntax.
 func TestLockOptionsOnce(t *testing.T) {
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe)
-			c := dialRaw(t, p.Addr)
-			for _, bad := range [][]string{
-				{"LOCK.ACQUIRE", "o1", "t", "SHARED", "SHARED"},
-				{"LOCK.ACQUIRE", "o2", "t", "PX", "100", "PX", "200"},
-				{"LOCK.ACQUIRE", "o3", "t", "PX", "100", "EX", "2"},
-				{"LOCK.ACQUIRE", "o4", "t", "WAIT", "1", "wait", "2"},
-				{"LOCK.RANGE.ACQUIRE", "r", "0", "9", "t", "shared", "SHARED"},
-				{"LOCK.RANGE.ACQUIRE", "r", "0", "9", "t", "PX", "100", "EX", "1"},
-			} {
-				if got := c.do(bad...); !strings.HasPrefix(got, "-ERR syntax error") {
-					t.Errorf("%q = %q, want a syntax error", bad, got)
-				}
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe)
+		c := dialRaw(t, p.Addr)
+		for _, bad := range [][]string{
+			{"LOCK.ACQUIRE", "o1", "t", "SHARED", "SHARED"},
+			{"LOCK.ACQUIRE", "o2", "t", "PX", "100", "PX", "200"},
+			{"LOCK.ACQUIRE", "o3", "t", "PX", "100", "EX", "2"},
+			{"LOCK.ACQUIRE", "o4", "t", "WAIT", "1", "wait", "2"},
+			{"LOCK.RANGE.ACQUIRE", "r", "0", "9", "t", "shared", "SHARED"},
+			{"LOCK.RANGE.ACQUIRE", "r", "0", "9", "t", "PX", "100", "EX", "1"},
+		} {
+			if got := c.do(bad...); !strings.HasPrefix(got, "-ERR syntax error") {
+				t.Errorf("%q = %q, want a syntax error", bad, got)
 			}
-			for _, bad := range [][]string{
-				{"LOCK.ACQUIRE", "o5", "t", "PX", "+100"},
-				{"LOCK.ACQUIRE", "o6", "t", "WAIT", "010"},
-				{"LOCK.EXTEND", "o7", "t", "PX", "+100"},
-			} {
-				if got := c.do(bad...); !strings.HasPrefix(got, "-ERR") {
-					t.Errorf("%q = %q, want an error", bad, got)
-				}
+		}
+		for _, bad := range [][]string{
+			{"LOCK.ACQUIRE", "o5", "t", "PX", "+100"},
+			{"LOCK.ACQUIRE", "o6", "t", "WAIT", "010"},
+			{"LOCK.EXTEND", "o7", "t", "PX", "+100"},
+		} {
+			if got := c.do(bad...); !strings.HasPrefix(got, "-ERR") {
+				t.Errorf("%q = %q, want an error", bad, got)
 			}
-			for _, k := range []string{"o1", "o2", "o3", "o4", "o5", "o6"} {
-				if got := c.do("EXISTS", k); got != ":0" {
-					t.Errorf("a refused LOCK.ACQUIRE took %s: EXISTS = %q", k, got)
-				}
+		}
+		for _, k := range []string{"o1", "o2", "o3", "o4", "o5", "o6"} {
+			if got := c.do("EXISTS", k); got != ":0" {
+				t.Errorf("a refused LOCK.ACQUIRE took %s: EXISTS = %q", k, got)
 			}
-			if got := c.do("LOCK.ACQUIRE", "o8", "t", "SHARED", "PX", "60000", "WAIT", "0"); !strings.HasPrefix(got, ":") {
-				t.Errorf("each option once = %q, want a fence", got)
-			}
-		})
-	}
+		}
+		if got := c.do("LOCK.ACQUIRE", "o8", "t", "SHARED", "PX", "60000", "WAIT", "0"); !strings.HasPrefix(got, ":") {
+			t.Errorf("each option once = %q, want a fence", got)
+		}
+	})
 }

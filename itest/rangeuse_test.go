@@ -3,7 +3,6 @@ package itest
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -334,20 +333,11 @@ func TestRangePoolExhausted(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "range_trees") {
 			t.Fatalf("p5 while p3 and the dead proxy's p4 hold the pool: %v", err)
 		}
-		for {
-			f, err := rangeAcquire(t, b, "p5", 0, 10, "b", "PX", 3000)
-			if err == nil && f != 0 {
-				break
-			}
-			if err != nil && !strings.Contains(err.Error(), "range_trees") {
-				t.Fatal(err)
-			}
-			if time.Since(sent) > 30*time.Second {
-				t.Fatal("the dead proxy's tree never came back")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if took := time.Since(sent); took < 3*time.Second {
+		poolFull := func(err error) bool { return strings.Contains(err.Error(), "range_trees") }
+		_, at := untilGranted(t, sent.Add(30*time.Second), poolFull, func() (uint64, error) {
+			return rangeAcquire(t, b, "p5", 0, 10, "b", "PX", 3000)
+		})
+		if took := at.Sub(sent); took < 3*time.Second {
 			t.Fatalf("the dead proxy's tree was rebound %v after its 3 s span was granted", took)
 		}
 	})
@@ -358,11 +348,8 @@ func TestRangePoolExhausted(t *testing.T) {
 // dead node granted are granted again only after their TTL ran out, with
 // larger fences, and their holders' releases answer 0 (they are gone).
 func TestRangeFailover(t *testing.T) {
-	etcd := testproc.Etcd(t, 3)
-	a := haMemnode(t, etcd, testproc.FreePort(t), testproc.MemnodeReady)
-	haMemnode(t, etcd, testproc.FreePort(t), memnodeStandby)
-	p := testproc.Proxy(t, "-etcd", strings.Join(etcd.Endpoints(), ","), "-shard", "default", "-peer-listen", "127.0.0.1:0")
-	c := client(t, p.Addr)
+	shard := startHAShard(t)
+	c := client(t, shard.proxies(t, 1)[0].Addr)
 	const ttl = 2000
 	sent := time.Now()
 	f1 := mustRange(t, c, "vol", 0, 100, "old", "PX", ttl)
@@ -370,22 +357,12 @@ func TestRangeFailover(t *testing.T) {
 	if f1 == 0 || f2 == 0 {
 		t.Fatal("spans refused before the failover")
 	}
-	a.Kill()
-	var f3 uint64
-	for f3 == 0 {
-		if time.Since(sent) > 60*time.Second {
-			t.Fatal("no range grant for 60 s after the active memory node was killed")
-		}
-		f, err := rangeAcquire(t, c, "vol", 0, 5100, "new", "PX", ttl, "WAIT", 500)
-		if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") {
-			t.Fatal(err)
-		}
-		if err != nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		f3 = f
-	}
-	took := time.Since(sent)
+	shard.a.Kill()
+	// TRYAGAIN while the proxy follows the new node.
+	f3, at := untilGranted(t, sent.Add(60*time.Second), isTryAgain, func() (uint64, error) {
+		return rangeAcquire(t, c, "vol", 0, 5100, "new", "PX", ttl, "WAIT", 500)
+	})
+	took := at.Sub(sent)
 	if took < ttl*time.Millisecond {
 		t.Fatalf("a span was granted again %v after the first grant was asked for, inside its %d ms TTL", took, ttl)
 	}
@@ -407,9 +384,7 @@ func TestRangeFailover(t *testing.T) {
 // larger fence: the restart grace covers range TTLs, and range fences start
 // above every token the previous run handed out.
 func TestRangeEmbeddedRestart(t *testing.T) {
-	port := testproc.FreePort(t)
-	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-state-dir", t.TempDir()}, testproc.ProxyArgs()...)
-	p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"), args, testproc.ProxyReady)
+	p, restart := restartableProxy(t)
 	c := client(t, p.Addr)
 	const ttl = 4000
 	sent := time.Now()
@@ -419,33 +394,17 @@ func TestRangeEmbeddedRestart(t *testing.T) {
 	}
 	time.Sleep(time.Second) // beats that the saved state reflects
 	p.Kill()
-	restarted := make(chan error, 1)
-	go func() {
-		q, err := testproc.Launch("proxy-restarted", testproc.Bin(t, "proxy"), args, testproc.ProxyReady, 30*time.Second)
-		if err == nil {
-			t.Cleanup(q.Kill)
-		}
-		restarted <- err
-	}()
-	var fb uint64
-	for fb == 0 {
-		if time.Since(sent) > time.Minute {
-			t.Fatal("the span was never granted after the restart")
-		}
-		f, err := c.Do(ctxT(t, 10*time.Second), "LOCK.RANGE.ACQUIRE", "vol", 0, 100, "b", "PX", ttl, "WAIT", 100).Uint64()
-		if err != nil {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		fb = f
-	}
-	if got := time.Since(sent); got < ttl*time.Millisecond {
+	started := restart()
+	fb, at := untilGranted(t, sent.Add(time.Minute), anyError, func() (uint64, error) {
+		return rangeAcquire(t, c, "vol", 0, 100, "b", "PX", ttl, "WAIT", 100)
+	})
+	if got := at.Sub(sent); got < ttl*time.Millisecond {
 		t.Fatalf("the restarted proxy granted the span (fence %d) %v after the first grant was asked for, inside its %d ms TTL", fb, got, ttl)
 	}
 	if fb <= fa {
 		t.Fatalf("fence %d after the restart is not above %d from before it", fb, fa)
 	}
-	if err := <-restarted; err != nil {
+	if err := started(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -455,11 +414,7 @@ func TestRangeEmbeddedRestart(t *testing.T) {
 // is granted, and a try of the asked span is refused exactly where the
 // table says the two conflict.
 func TestRangeFalseConflictsAsDocumented(t *testing.T) {
-	raw, err := os.ReadFile("../docs/compatibility.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(raw)
+	doc := string(repoFile(t, "docs/compatibility.md"))
 	i, j := strings.Index(doc, "<!-- BEGIN range-conflicts -->"), strings.Index(doc, "<!-- END range-conflicts -->")
 	if i < 0 || j < i {
 		t.Fatal("docs/compatibility.md has no table of range-lock conflicts")
@@ -516,14 +471,8 @@ func TestRangeDrain(t *testing.T) {
 		t.Fatal("span refused on an idle proxy")
 	}
 	p.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.Output(), "shutting down") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no shutdown line:\n%s", p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := rangeAcquire(t, c, "vol", 200, 300, "x", "PX", 1000); err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+	awaitOutput(t, p, "shutting down", 30*time.Second)
+	if _, err := rangeAcquire(t, c, "vol", 200, 300, "x", "PX", 1000); err == nil || !isTryAgain(err) {
 		t.Fatalf("a new span while draining: %v; want TRYAGAIN", err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -545,14 +494,9 @@ func TestRangeDrain(t *testing.T) {
 // proxy, and a name bound before the failover is bound again on the
 // successor by both proxies.
 func TestRangeFailoverAcrossProxies(t *testing.T) {
-	etcd := testproc.Etcd(t, 3)
-	portA, portB := testproc.FreePort(t), testproc.FreePort(t)
-	mnA := haMemnode(t, etcd, portA, testproc.MemnodeReady)
-	mnB := haMemnode(t, etcd, portB, memnodeStandby)
+	shard := startHAShard(t)
 	var cs []*redis.Client
-	for i := 0; i < 2; i++ {
-		p := testproc.Proxy(t, "-etcd", strings.Join(etcd.Endpoints(), ","), "-shard", "default",
-			"-peer-listen", "127.0.0.1:0", "-name", fmt.Sprintf("proxy-%d", i))
+	for _, p := range shard.proxies(t, 2) {
 		cs = append(cs, client(t, p.Addr))
 	}
 	const ttl = 2000
@@ -560,22 +504,9 @@ func TestRangeFailoverAcrossProxies(t *testing.T) {
 	// the proxy follows the new node) until it is granted.
 	acquireAfter := func(c *redis.Client, l, r uint64, token string) (uint64, time.Time) {
 		t.Helper()
-		start := time.Now()
-		for {
-			if time.Since(start) > 60*time.Second {
-				t.Fatalf("no grant of vol [%d, %d) for 60 s after the active memory node was killed", l, r)
-			}
-			f, err := rangeAcquire(t, c, "vol", l, r, token, "PX", ttl, "WAIT", 500)
-			if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") {
-				t.Fatal(err)
-			}
-			if err == nil && f != 0 {
-				return f, time.Now()
-			}
-			if err != nil {
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
+		return untilGranted(t, time.Now().Add(60*time.Second), isTryAgain, func() (uint64, error) {
+			return rangeAcquire(t, c, "vol", l, r, token, "PX", ttl, "WAIT", 500)
+		})
 	}
 	// excludes checks, through the other proxy, that [l, r) of vol is held.
 	excludes := func(c *redis.Client, l, r uint64) {
@@ -597,7 +528,7 @@ func TestRangeFailoverAcrossProxies(t *testing.T) {
 	excludes(cs[1], 50, 150)
 
 	// First failover: the span proxy 0 held is granted through proxy 1.
-	mnA.Kill()
+	shard.a.Kill()
 	f3, at := acquireAfter(cs[1], 0, 100, "b2")
 	if took := at.Sub(sent); took < ttl*time.Millisecond {
 		t.Fatalf("vol [0, 100) granted again %v after it was first asked for, inside its %d ms TTL", took, ttl)
@@ -617,13 +548,13 @@ func TestRangeFailoverAcrossProxies(t *testing.T) {
 	// Second failover: the first node comes back as a standby, the
 	// successor is killed, and the span proxy 1 held on the successor is
 	// granted through proxy 0 once its TTL ran out.
-	haMemnode(t, etcd, portA, memnodeStandby)
+	shard.restartA(t)
 	sent2 := time.Now()
 	f4 := mustRange(t, cs[1], "vol", 3000000, 3000001, "b3", "PX", ttl, "WAIT", 2000)
 	if f4 == 0 {
 		t.Fatal("a span refused on the successor")
 	}
-	mnB.Kill()
+	shard.b.Kill()
 	f5, at2 := acquireAfter(cs[0], 0, 100, "a3")
 	if took := at2.Sub(sent2); took < ttl*time.Millisecond {
 		t.Fatalf("vol [0, 100) granted %v after the successor's last grant was asked for, inside its %d ms TTL", took, ttl)
@@ -651,9 +582,7 @@ func TestRangeFailoverAcrossProxies(t *testing.T) {
 // proxies bind names again on the new generation and exclude each other
 // there.
 func TestRangeMemnodeRestart(t *testing.T) {
-	port := testproc.FreePort(t)
-	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-entries", "4096", "-state-dir", t.TempDir()}
-	mn := testproc.Start(t, "memnode", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	mn, restart := restartableMemnode(t)
 	pa := testproc.Proxy(t, "-memnode", mn.Addr)
 	pb := testproc.Proxy(t, "-memnode", mn.Addr)
 	a, b := client(t, pa.Addr), client(t, pb.Addr)
@@ -665,23 +594,12 @@ func TestRangeMemnodeRestart(t *testing.T) {
 		t.Fatal("spans refused on an idle memnode")
 	}
 	mn.Kill()
-	testproc.Start(t, "memnode-restarted", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	restart()
 
-	var fb uint64
-	for fb == 0 {
-		if time.Since(sent) > time.Minute {
-			t.Fatal("vol [0, 100) was never granted after the memnode restarted")
-		}
-		f, err := rangeAcquire(t, b, "vol", 0, 6000, "b", "PX", 30000, "WAIT", 500)
-		if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN") {
-			t.Fatal(err)
-		}
-		if err != nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		fb = f
-	}
-	took := time.Since(sent)
+	fb, at := untilGranted(t, sent.Add(time.Minute), isTryAgain, func() (uint64, error) {
+		return rangeAcquire(t, b, "vol", 0, 6000, "b", "PX", 30000, "WAIT", 500)
+	})
+	took := at.Sub(sent)
 	if took < ttl*time.Millisecond {
 		t.Fatalf("a span held before the restart was granted again %v after it was asked for, inside its %d ms TTL", took, ttl)
 	}

@@ -36,15 +36,53 @@ func TestMemnodeRefusesToStartWithoutState(t *testing.T) {
 	}
 }
 
+// restartableMemnode starts a memory node on a port and a state directory
+// of its own, and returns it with a function that starts it again the same
+// way, after it was killed.
+func restartableMemnode(t *testing.T) (*testproc.Proc, func()) {
+	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-metrics", "", "-entries", "4096", "-state-dir", t.TempDir()}
+	bin := testproc.Bin(t, "memnode")
+	return testproc.Start(t, "memnode", bin, args, testproc.MemnodeReady), func() {
+		testproc.Start(t, "memnode-restarted", bin, args, testproc.MemnodeReady)
+	}
+}
+
+// restartableProxy starts a proxy on its embedded memory node, on a port and
+// a state directory of its own, and returns it with a function that starts
+// it again the same way, after it was killed. The new process serves only
+// once the locks of the old one have run out, so it is started in the
+// background for the test to ask for them meanwhile: the function returns
+// one that waits for the start and says whether it failed. The process is
+// killed when the test ends.
+func restartableProxy(t *testing.T) (*testproc.Proc, func() (started func() error)) {
+	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-metrics", "", "-state-dir", t.TempDir()}, testproc.ProxyArgs()...)
+	bin := testproc.Bin(t, "proxy")
+	restart := func() func() error {
+		done := make(chan struct{})
+		var q *testproc.Proc
+		var err error
+		go func() {
+			defer close(done)
+			q, err = testproc.Launch("proxy-restarted", bin, args, testproc.ProxyReady, 30*time.Second)
+		}()
+		t.Cleanup(func() {
+			<-done
+			if q != nil {
+				q.Kill()
+			}
+		})
+		return func() error { <-done; return err }
+	}
+	return testproc.Start(t, "proxy", bin, args, testproc.ProxyReady), restart
+}
+
 // TestMemnodeRestartGrantsNothingFromBefore: client A holds k through proxy
 // A (LOCK.ACQUIRE k a PX 4000); the memory node is killed with -9 and
 // started again the same way. Client B, through proxy B, must not be granted
 // k while A's TTL still runs, and its fence must be above A's. Before, B got
 // k about a second after the restart, with fence 1.
 func TestMemnodeRestartGrantsNothingFromBefore(t *testing.T) {
-	port := testproc.FreePort(t)
-	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-entries", "4096", "-state-dir", t.TempDir()}
-	mn := testproc.Start(t, "memnode", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	mn, restart := restartableMemnode(t)
 	pa := testproc.Proxy(t, "-memnode", mn.Addr)
 	pb := testproc.Proxy(t, "-memnode", mn.Addr)
 	a, b := client(t, pa.Addr), client(t, pb.Addr)
@@ -52,12 +90,12 @@ func TestMemnodeRestartGrantsNothingFromBefore(t *testing.T) {
 
 	const ttl = 4 * time.Second
 	sent := time.Now()
-	fa, err := a.Do(ctx, "LOCK.ACQUIRE", "k", "a", "PX", ttl.Milliseconds()).Int64()
+	fa, err := a.Do(ctx, "LOCK.ACQUIRE", "k", "a", "PX", ttl.Milliseconds()).Uint64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	mn.Kill()
-	testproc.Start(t, "memnode-restarted", testproc.Bin(t, "memnode"), args, testproc.MemnodeReady)
+	restart()
 
 	fb, grantedBy := acquireEventually(ctx, t, b, "k", "b", ttl)
 	if early := sent.Add(ttl).Sub(grantedBy); early > 0 {
@@ -74,15 +112,13 @@ func TestMemnodeRestartGrantsNothingFromBefore(t *testing.T) {
 // grant k before the holder's TTL has run out, and its fences go on rising.
 // Before, the new process granted k at once, with fence 1.
 func TestEmbeddedProxyRestartGrantsNothingFromBefore(t *testing.T) {
-	port := testproc.FreePort(t)
-	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-metrics", "", "-state-dir", t.TempDir()}, testproc.ProxyArgs()...)
-	p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"), args, testproc.ProxyReady)
+	p, restart := restartableProxy(t)
 	c := client(t, p.Addr)
 	ctx := ctxT(t, time.Minute)
 
 	const ttl = 4 * time.Second
 	sent := time.Now()
-	fa, err := c.Do(ctx, "LOCK.ACQUIRE", "k", "a", "PX", ttl.Milliseconds()).Int64()
+	fa, err := c.Do(ctx, "LOCK.ACQUIRE", "k", "a", "PX", ttl.Milliseconds()).Uint64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,16 +130,7 @@ func TestEmbeddedProxyRestartGrantsNothingFromBefore(t *testing.T) {
 	// (dead_after is a year on the embedded one), or it would never serve.
 	time.Sleep(time.Second)
 	p.Kill()
-	// The new process serves once the old one's locks have run out: it
-	// is ready only then, so start it in the background and ask meanwhile.
-	restarted := make(chan error, 1)
-	go func() {
-		q, err := testproc.Launch("proxy-restarted", testproc.Bin(t, "proxy"), args, testproc.ProxyReady, 30*time.Second)
-		if err == nil {
-			t.Cleanup(q.Kill)
-		}
-		restarted <- err
-	}()
+	started := restart()
 	fb, grantedBy := acquireEventually(ctx, t, c, "k", "b", ttl)
 	if early := sent.Add(ttl).Sub(grantedBy); early > 0 {
 		t.Fatalf("the restarted proxy granted k (fence %d) %v before the lock of its previous run (fence %d) could have run out", fb, early, fa)
@@ -114,7 +141,7 @@ func TestEmbeddedProxyRestartGrantsNothingFromBefore(t *testing.T) {
 	if ok, err := c.SetNX(ctx, "plain", "b", ttl).Result(); !ok || err != nil {
 		t.Fatalf("SET NX after the old lock ran out: %v %v", ok, err)
 	}
-	if err := <-restarted; err != nil {
+	if err := started(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -122,17 +149,10 @@ func TestEmbeddedProxyRestartGrantsNothingFromBefore(t *testing.T) {
 // acquireEventually asks for key until it is granted, through whatever
 // errors a restart causes (a refused connection, TRYAGAIN), and returns the
 // fence and when the reply was in.
-func acquireEventually(ctx context.Context, t *testing.T, c *redis.Client, key, token string, ttl time.Duration) (int64, time.Time) {
+func acquireEventually(ctx context.Context, t *testing.T, c *redis.Client, key, token string, ttl time.Duration) (uint64, time.Time) {
 	t.Helper()
-	var last error
-	for ctx.Err() == nil {
-		f, err := c.Do(ctx, "LOCK.ACQUIRE", key, token, "PX", ttl.Milliseconds(), "WAIT", 100).Int64()
-		if err == nil {
-			return f, time.Now()
-		}
-		last = err
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never granted: %v", key, last)
-	return 0, time.Time{}
+	deadline, _ := ctx.Deadline()
+	return untilGranted(t, deadline, anyError, func() (uint64, error) {
+		return c.Do(ctx, "LOCK.ACQUIRE", key, token, "PX", ttl.Milliseconds(), "WAIT", 100).Uint64()
+	})
 }

@@ -5,7 +5,6 @@ package itest
 import (
 	"fmt"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -51,42 +50,31 @@ func TestVerbsProxiesRedsync(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	var inside [keys]atomic.Int64
 	var overlaps, done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*perProxy)
-	for pi, p := range []*testproc.Proc{pa, pb} {
-		rs := redsync.New(pools(t, p.Addr)...)
-		for c := 0; c < perProxy; c++ {
-			id := int64(pi*perProxy + c + 1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < cycles; i++ {
-					k := (int(id) + i) % keys
-					m := rs.NewMutex(fmt.Sprintf("rxe:%d", k), redsync.WithExpiry(8*time.Second), redsync.WithTries(200),
-						redsync.WithRetryDelay(20*time.Millisecond))
-					if err := m.LockContext(ctx); err != nil {
-						errs <- fmt.Errorf("client %d lock: %w", id, err)
-						return
-					}
-					if !inside[k].CompareAndSwap(0, id) {
-						overlaps.Add(1)
-					}
-					time.Sleep(time.Millisecond)
-					if !inside[k].CompareAndSwap(id, 0) {
-						overlaps.Add(1)
-					}
-					if ok, err := m.UnlockContext(ctx); !ok || err != nil {
-						errs <- fmt.Errorf("client %d unlock: %v %w", id, ok, err)
-						return
-					}
-					done.Add(1)
-				}
-			}()
+	rss := []*redsync.Redsync{redsync.New(pools(t, pa.Addr)...), redsync.New(pools(t, pb.Addr)...)}
+	err := inParallel(2*perProxy, func(c int) error {
+		rs, id := rss[c/perProxy], int64(c+1)
+		for i := 0; i < cycles; i++ {
+			k := (int(id) + i) % keys
+			m := rs.NewMutex(fmt.Sprintf("rxe:%d", k), redsync.WithExpiry(8*time.Second), redsync.WithTries(200),
+				redsync.WithRetryDelay(20*time.Millisecond))
+			if err := m.LockContext(ctx); err != nil {
+				return fmt.Errorf("client %d lock: %w", id, err)
+			}
+			if !inside[k].CompareAndSwap(0, id) {
+				overlaps.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+			if !inside[k].CompareAndSwap(id, 0) {
+				overlaps.Add(1)
+			}
+			if ok, err := m.UnlockContext(ctx); !ok || err != nil {
+				return fmt.Errorf("client %d unlock: %v %w", id, ok, err)
+			}
+			done.Add(1)
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+		return nil
+	})
+	if err != nil {
 		t.Error(err)
 	}
 	if n := overlaps.Load(); n != 0 {
@@ -154,43 +142,16 @@ func TestVerbsUncontendedCycleIsOneAtomicEach(t *testing.T) {
 	mnMetrics := fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))
 	mn := testproc.VerbsMemnode(t, "-entries", "65536", "-metrics", mnMetrics, "-dead-after", patientDeadAfter())
 	pr, proxyMetrics := verbsProxy(t, mn)
-	c := client(t, pr.Addr)
-	ctx := ctxT(t, 2*time.Minute)
-	cycle := func(i int) {
-		key := fmt.Sprintf("g1:%d", i)
-		if ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result(); !ok || err != nil {
-			t.Fatalf("SET NX %s: %v %v", key, ok, err)
-		}
-		if n, err := c.Eval(ctx, casDelete, []string{key}, "tok").Int(); n != 1 || err != nil {
-			t.Fatalf("release %s: %v %v", key, n, err)
-		}
-	}
-	cycle(-1)
 	const n = 200
-	inBefore := scrapeVerbs(t, mnMetrics, "in")
-	before := quiet(t, proxyMetrics)
-	for i := 0; i < n; i++ {
-		cycle(i)
+	cost := uncontendedCycles(t, client(t, pr.Addr), n, proxyMetrics, mnMetrics)
+	in := cost.received["masked_cas"] + cost.received["masked_faa"]
+	if in != 2*n {
+		t.Fatalf("the memory node's CPU executed %v masked atomics, the proxy sent %d", in, 2*n)
 	}
-	after := quiet(t, proxyMetrics)
-	inAfter := scrapeVerbs(t, mnMetrics, "in")
-	d := map[string]float64{}
-	for v, x := range after.verbs {
-		d[v] = x - before.verbs[v]
-	}
-	beats := after.beats - before.beats
-	atomics := d["cas"] + d["faa"] + d["masked_cas"] + d["masked_faa"]
-	if atomics != 2*n || d["batch"] != 2*n+beats || d["read"] != beats || d["write"] != beats || d["send"] != 0 || d["control"] != 0 {
-		t.Fatalf("%d cycles cost %v with %v heartbeats; want %d atomics in %d round trips and nothing else", n, d, beats, 2*n, 2*n)
-	}
-	in := inAfter.verbs["masked_cas"] + inAfter.verbs["masked_faa"] - inBefore.verbs["masked_cas"] - inBefore.verbs["masked_faa"]
-	if in != atomics {
-		t.Fatalf("the memory node's CPU executed %v masked atomics, the proxy sent %v", in, atomics)
-	}
-	if w, r := inAfter.verbs["write"]-inBefore.verbs["write"], inAfter.verbs["read"]-inBefore.verbs["read"]; w != 0 || r != 0 {
+	if w, r := cost.received["write"], cost.received["read"]; w != 0 || r != 0 {
 		t.Fatalf("the memory node's CPU saw %v writes and %v reads: heartbeats must be one-sided", w, r)
 	}
-	t.Logf("%d cycles: %v atomics through the memory node's CPU in %v round trips, plus %v one-sided heartbeats", n, atomics, d["batch"]-beats, beats)
+	t.Logf("all %v atomics went through the memory node's CPU; the %v heartbeats were one-sided", in, cost.beats)
 }
 
 // TestVerbsRangeLocks: LOCK.RANGE through proxies on verbs, as through

@@ -2,8 +2,8 @@ package itest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -53,13 +53,8 @@ func (rc *respConn) do(args ...string) wire.Reply {
 // Do is do with the error returned, for callers on other goroutines than
 // rc's test (scripttest.Run's subtests).
 func (rc *respConn) Do(args ...string) (wire.Reply, error) {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
 	_ = rc.c.SetDeadline(time.Now().Add(time.Minute))
-	if _, err := rc.c.Write(b.Bytes()); err != nil {
+	if _, err := io.WriteString(rc.c, respCmd(args...)); err != nil {
 		return wire.Reply{}, err
 	}
 	return wire.ReadReply(rc.r, nil)

@@ -1,7 +1,6 @@
 package itest
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -109,18 +108,6 @@ func tlsAddr(t *testing.T, proxy *testproc.Proc) string {
 	return m[1]
 }
 
-// lockCycle takes and releases a lock through c.
-func lockCycle(ctx context.Context, c *redis.Client) error {
-	if ok, err := c.SetNX(ctx, "tls:k", "t", time.Minute).Result(); err != nil || !ok {
-		if err == nil {
-			err = redis.Nil
-		}
-		return err
-	}
-	_, err := redis.NewScript(casDelete).Run(ctx, c, []string{"tls:k"}, "t").Result()
-	return err
-}
-
 // TestTLSPort: the TLS port serves go-redis, redis-cli --tls and redis-py
 // over TLS, next to the plain port; a client that does not trust the
 // server's certificate cannot connect.
@@ -133,10 +120,10 @@ func TestTLSPort(t *testing.T) {
 
 	tc := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1"}, MaxRetries: -1})
 	t.Cleanup(func() { tc.Close() })
-	if err := lockCycle(ctx, tc); err != nil {
+	if err := lockCycle(ctx, tc, "tls:k", "t", time.Minute); err != nil {
 		t.Fatalf("go-redis over TLS: %v", err)
 	}
-	if err := lockCycle(ctx, client(t, p.Addr)); err != nil {
+	if err := lockCycle(ctx, client(t, p.Addr), "tls:k", "t", time.Minute); err != nil {
 		t.Fatalf("the plain port next to TLS: %v", err)
 	}
 
@@ -191,7 +178,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 		c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: cfg, MaxRetries: -1})
 		defer c.Close()
-		return lockCycle(ctx, c)
+		return lockCycle(ctx, c, "tls:k", "t", time.Minute)
 	}
 	if err := dial(ccert, ckey); err != nil {
 		t.Fatalf("client with a certificate from the CA: %v", err)

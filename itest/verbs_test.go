@@ -1,9 +1,7 @@
 package itest
 
 import (
-	"bufio"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 )
@@ -27,15 +26,8 @@ var verbLine = regexp.MustCompile(`^rdma_verbs_total\{.*direction="(in|out)".*ve
 
 func scrapeVerbs(t *testing.T, addr, direction string) verbCounts {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	vc := verbCounts{verbs: map[string]float64{}}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range scrapeMetrics(t, addr) {
 		if m := verbLine.FindStringSubmatch(line); m != nil && m[1] == direction {
 			v, _ := strconv.ParseFloat(m[3], 64)
 			vc.verbs[m[2]] += v
@@ -47,6 +39,13 @@ func scrapeVerbs(t *testing.T, addr, direction string) verbCounts {
 		}
 	}
 	return vc
+}
+
+// sends is how many Sends (lock handovers to another proxy) the proxy
+// whose /metrics is at addr posted.
+func sends(t *testing.T, addr string) float64 {
+	t.Helper()
+	return scrapeVerbs(t, addr, "out").verbs["send"]
 }
 
 // quiet scrapes the proxy until no heartbeat is half-counted: every Write
@@ -65,6 +64,65 @@ func quiet(t *testing.T, addr string) verbCounts {
 	}
 }
 
+// cycleCost is what uncontended lock cycles cost on the fabric: the verbs
+// by kind that a proxy sent, with the heartbeats among them counted apart,
+// and the verbs its memory node received.
+type cycleCost struct {
+	sent     map[string]float64
+	beats    float64
+	received map[string]float64
+}
+
+// uncontendedCycles runs one uncontended lock cycle (lockCycle) through c,
+// which pushes the lease horizon (a heartbeat), then n more, and returns
+// what the n cost: the verbs the proxy whose /metrics is at proxyMetrics
+// sent and, if memnodeMetrics is not "", the verbs the memory node
+// received. It fails the test unless the proxy sent exactly one atomic for
+// each acquire and each release, each in a round trip of its own, and
+// nothing else but heartbeats (one Write and one Read each).
+func uncontendedCycles(t *testing.T, c *redis.Client, n int, proxyMetrics, memnodeMetrics string) cycleCost {
+	t.Helper()
+	ctx := ctxT(t, testproc.Slow(2*time.Minute))
+	cycle := func(i int) {
+		t.Helper()
+		if err := lockCycle(ctx, c, fmt.Sprintf("g1:%d", i), "tok", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	received := func() map[string]float64 {
+		if memnodeMetrics == "" {
+			return nil
+		}
+		return scrapeVerbs(t, memnodeMetrics, "in").verbs
+	}
+	cycle(-1)
+	inBefore := received()
+	before := quiet(t, proxyMetrics)
+	for i := 0; i < n; i++ {
+		cycle(i)
+	}
+	after := quiet(t, proxyMetrics)
+	inAfter := received()
+	cost := cycleCost{sent: map[string]float64{}, beats: after.beats - before.beats}
+	for v, x := range after.verbs {
+		cost.sent[v] = x - before.verbs[v]
+	}
+	if inAfter != nil {
+		cost.received = map[string]float64{}
+		for v, x := range inAfter {
+			cost.received[v] = x - inBefore[v]
+		}
+	}
+	d, beats := cost.sent, cost.beats
+	atomics := d["cas"] + d["faa"] + d["masked_cas"] + d["masked_faa"]
+	if atomics != float64(2*n) || d["batch"] != float64(2*n)+beats || d["read"] != beats || d["write"] != beats || d["send"] != 0 || d["control"] != 0 {
+		t.Fatalf("%d cycles cost %v with %v heartbeats; want %d atomics in %d round trips and nothing else", n, d, beats, 2*n, 2*n)
+	}
+	t.Logf("%d cycles: %v atomics (masked CAS %v, masked FAA %v) in %v round trips, plus %v heartbeats",
+		n, atomics, d["masked_cas"], d["masked_faa"], d["batch"]-beats, beats)
+	return cost
+}
+
 // TestUncontendedCycleIsOneAtomicEach is the paper's G1 on the proxy's own
 // path: an uncontended SET NX PX followed by the compare-and-delete release
 // costs the memory node exactly one atomic for the acquire and one for the
@@ -77,61 +135,21 @@ func TestUncontendedCycleIsOneAtomicEach(t *testing.T) {
 		memnode bool
 	}{{"embedded", false}, {"memnode", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			port := testproc.FreePort(t)
-			metrics := fmt.Sprintf("127.0.0.1:%d", port)
-			args := []string{"-listen", "127.0.0.1:0", "-metrics", metrics}
-			var mn *testproc.Proc
+			args := []string{"-metrics", "127.0.0.1:0"}
+			mnMetrics := ""
 			if tc.memnode {
-				mn = testproc.Start(t, "memnode", testproc.Bin(t, "memnode"),
-					[]string{"-listen", "127.0.0.1:0", "-metrics", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-state-dir", t.TempDir()}, testproc.MemnodeReady)
+				mn := testproc.Memnode(t, "-metrics", "127.0.0.1:0")
+				mnMetrics = metricsAddr(t, mn)
 				args = append(args, "-memnode", mn.Addr)
-			} else {
-				args = append(args, testproc.StateDirArgs(t, args)...)
 			}
-			p := testproc.Start(t, "proxy", testproc.Bin(t, "proxy"), args, testproc.ProxyReady)
-			c := client(t, p.Addr)
-			ctx := ctxT(t, time.Minute)
-			cycle := func(i int) {
-				key := fmt.Sprintf("g1:%d", i)
-				if ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result(); !ok || err != nil {
-					t.Fatalf("SET NX %s: %v %v", key, ok, err)
-				}
-				if n, err := c.Eval(ctx, casDelete, []string{key}, "tok").Int(); n != 1 || err != nil {
-					t.Fatalf("release %s: %v %v", key, n, err)
-				}
-			}
-			// The first grant with a 10 s TTL pushes the lease horizon (a
-			// heartbeat); later ones are inside it.
-			cycle(-1)
-			const n = 500
-			before := quiet(t, metrics)
-			for i := 0; i < n; i++ {
-				cycle(i)
-			}
-			after := quiet(t, metrics)
-			d := map[string]float64{}
-			for v, x := range after.verbs {
-				d[v] = x - before.verbs[v]
-			}
-			beats := after.beats - before.beats
-			atomics := d["cas"] + d["faa"] + d["masked_cas"] + d["masked_faa"]
-			if atomics != 2*n || d["batch"] != 2*n+beats || d["read"] != beats || d["write"] != beats || d["send"] != 0 || d["control"] != 0 {
-				t.Fatalf("%d cycles cost %v with %v heartbeats; want %d atomics in %d round trips and nothing else",
-					n, d, beats, 2*n, 2*n)
-			}
-			t.Logf("%d cycles: %v atomics (masked CAS %v, masked FAA %v) in %v round trips, plus %v heartbeats",
-				n, atomics, d["masked_cas"], d["masked_faa"], d["batch"]-beats, beats)
-			if mn != nil {
-				// The memory node sees the same from its side: every verb it
-				// received was one of those atomics or a heartbeat's.
-				mnMetrics := regexp.MustCompile(`metrics on (\S+)`).FindStringSubmatch(mn.Output())
-				if mnMetrics == nil {
-					t.Fatalf("memnode did not print its metrics address:\n%s", mn.Output())
-				}
-				in := scrapeVerbs(t, mnMetrics[1], "in")
-				total := quiet(t, metrics)
-				if in.verbs["masked_cas"]+in.verbs["masked_faa"] != total.verbs["masked_cas"]+total.verbs["masked_faa"] {
-					t.Fatalf("memnode received %v, proxy sent %v", in.verbs, total.verbs)
+			p := testproc.Proxy(t, args...)
+			cost := uncontendedCycles(t, client(t, p.Addr), 500, metricsAddr(t, p), mnMetrics)
+			if tc.memnode {
+				// The memory node sees the same from its side: every
+				// atomic it received was one of those.
+				in, out := cost.received["masked_cas"]+cost.received["masked_faa"], cost.sent["masked_cas"]+cost.sent["masked_faa"]
+				if in != out {
+					t.Fatalf("memnode received %v, proxy sent %v", cost.received, cost.sent)
 				}
 			}
 		})
@@ -153,7 +171,7 @@ func TestRoutedQuorumCycleIsOneAtomicEach(t *testing.T) {
 	for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		all := true
 		for _, a := range maddrs {
-			all = all && gaugeValue(t, a, "proxy_routers") == 3
+			all = all && metricValue(t, a, "proxy_routers") == 3
 		}
 		if all {
 			break
@@ -168,7 +186,7 @@ func TestRoutedQuorumCycleIsOneAtomicEach(t *testing.T) {
 		for _, a := range maddrs {
 			vc := scrapeVerbs(t, a, "out")
 			atomics += vc.verbs["cas"] + vc.verbs["faa"] + vc.verbs["masked_cas"] + vc.verbs["masked_faa"]
-			forwarded += gaugeValue(t, a, "proxy_routed_forwarded_total")
+			forwarded += metricValue(t, a, "proxy_routed_forwarded_total")
 		}
 		return
 	}
@@ -201,24 +219,4 @@ func TestRoutedQuorumCycleIsOneAtomicEach(t *testing.T) {
 	if f1-f0 != 2*n {
 		t.Fatalf("%d cycles forwarded %v acquires, want %d (two of every three requests)", n, f1-f0, 2*n)
 	}
-}
-
-// gaugeValue reads one unlabelled metric from a proxy's /metrics.
-func gaugeValue(t *testing.T, addr, name string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && f[0] == name {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
-	}
-	t.Fatalf("%s has no %s", addr, name)
-	return 0
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,52 +26,43 @@ import (
 // TestObtain_concurrent), and a try that Redis refuses at once was granted
 // 50 ms later (TestObtain_retry_failure).
 func TestTryOnceClientsAnsweredAtOnce(t *testing.T) {
-	for _, fe := range []string{"gnet", "redcon"} {
-		t.Run(fe, func(t *testing.T) {
-			p := testproc.Proxy(t, "-frontend", fe)
-			rc := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 20, PoolTimeout: 4 * time.Second})
-			t.Cleanup(func() { rc.Close() })
-			ctx := ctxT(t, time.Minute)
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe)
+		rc := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 20, PoolTimeout: 4 * time.Second})
+		t.Cleanup(func() { rc.Close() })
+		ctx := ctxT(t, time.Minute)
 
-			var obtained atomic.Int32
-			var wg sync.WaitGroup
-			errs := make(chan error, 100)
-			for i := 0; i < 100; i++ {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					time.Sleep(time.Duration(i%10) * time.Millisecond)
-					_, err := redislock.Obtain(ctx, rc, "concurrent", time.Minute, nil)
-					switch {
-					case err == nil:
-						obtained.Add(1)
-					case !errors.Is(err, redislock.ErrNotObtained):
-						errs <- err
-					}
-				}(i)
+		var obtained atomic.Int32
+		err := inParallel(100, func(i int) error {
+			time.Sleep(time.Duration(i%10) * time.Millisecond)
+			_, err := redislock.Obtain(ctx, rc, "concurrent", time.Minute, nil)
+			switch {
+			case err == nil:
+				obtained.Add(1)
+			case !errors.Is(err, redislock.ErrNotObtained):
+				return err
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatalf("a try-once Obtain failed: %v", err)
-			}
-			if n := obtained.Load(); n != 1 {
-				t.Fatalf("%d of 100 concurrent Obtains succeeded, want 1", n)
-			}
-
-			lock1, err := redislock.Obtain(ctx, rc, "retry", 50*time.Millisecond, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lock1.Release(ctx)
-			_, err = redislock.Obtain(ctx, rc, "retry", time.Hour, &redislock.Options{
-				RetryStrategy: redislock.LimitRetry(redislock.LinearBackoff(5*time.Millisecond), 2),
-			})
-			if !errors.Is(err, redislock.ErrNotObtained) {
-				t.Fatalf("two 5 ms retries on a lock held for 50 ms: %v, want ErrNotObtained (the client gives up before it is free)", err)
-			}
+			return nil
 		})
-	}
+		if err != nil {
+			t.Fatalf("a try-once Obtain failed: %v", err)
+		}
+		if n := obtained.Load(); n != 1 {
+			t.Fatalf("%d of 100 concurrent Obtains succeeded, want 1", n)
+		}
+
+		lock1, err := redislock.Obtain(ctx, rc, "retry", 50*time.Millisecond, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lock1.Release(ctx)
+		_, err = redislock.Obtain(ctx, rc, "retry", time.Hour, &redislock.Options{
+			RetryStrategy: redislock.LimitRetry(redislock.LinearBackoff(5*time.Millisecond), 2),
+		})
+		if !errors.Is(err, redislock.ErrNotObtained) {
+			t.Fatalf("two 5 ms retries on a lock held for 50 ms: %v, want ErrNotObtained (the client gives up before it is free)", err)
+		}
+	})
 }
 
 // TestRetryingClientsHandedTheLock: redsync retries a refused lock with the
@@ -85,33 +75,24 @@ func TestRetryingClientsHandedTheLock(t *testing.T) {
 	rs := redsync.New(goredis.NewPool(redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 16})))
 	ctx := ctxT(t, time.Minute)
 	var inside, maxInside atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for r := 0; r < 4; r++ {
-				m := rs.NewMutex("hot", redsync.WithExpiry(2*time.Second))
-				if err := m.LockContext(ctx); err != nil {
-					errs <- fmt.Errorf("worker %d round %d: %w", w, r, err)
-					return
-				}
-				if n := inside.Add(1); n > maxInside.Load() {
-					maxInside.Store(n)
-				}
-				time.Sleep(20 * time.Millisecond)
-				inside.Add(-1)
-				if ok, err := m.UnlockContext(context.Background()); !ok || err != nil {
-					errs <- fmt.Errorf("unlock: %v %v", ok, err)
-					return
-				}
+	err := inParallel(8, func(w int) error {
+		for r := 0; r < 4; r++ {
+			m := rs.NewMutex("hot", redsync.WithExpiry(2*time.Second))
+			if err := m.LockContext(ctx); err != nil {
+				return fmt.Errorf("worker %d round %d: %w", w, r, err)
 			}
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+			if n := inside.Add(1); n > maxInside.Load() {
+				maxInside.Store(n)
+			}
+			time.Sleep(20 * time.Millisecond)
+			inside.Add(-1)
+			if ok, err := m.UnlockContext(context.Background()); !ok || err != nil {
+				return fmt.Errorf("unlock: %v %v", ok, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if maxInside.Load() != 1 {

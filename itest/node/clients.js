@@ -49,33 +49,54 @@ function errName(e) {
   return (e && (e.name || e.constructor && e.constructor.name)) || String(e);
 }
 
-async function redlock4Basic() {
-  const Redlock = require('redlock4');
-  const r = ioredis();
-  const rl = new Redlock([r], { retryCount: 0 });
-  rl.on('clientError', () => {});
-  const out = { version: pkgVersion('redlock4') };
-  const lock = await rl.acquire('nr4:res', 1000);
+// A Redlock of major version lib ('redlock4' or 'redlock5') on connection
+// r, with the calls whose form differs between the two: v4 acquires a key
+// and unlocks, v5 acquires a list of keys and releases.
+function redlock(lib, r, settings) {
+  if (lib === 'redlock4') {
+    const Redlock = require('redlock4');
+    const rl = new Redlock([r], settings);
+    rl.on('clientError', () => {});
+    return { rl, acquire: (key, ttl) => rl.acquire(key, ttl), release: (l) => l.unlock() };
+  }
+  const { default: Redlock } = require('redlock5');
+  const rl = new Redlock([r], settings);
+  rl.on('error', () => {});
+  return { rl, acquire: (key, ttl) => rl.acquire([key], ttl), release: (l) => l.release() };
+}
+
+// What the basic scenarios of both majors start with, on key: an acquire,
+// a second one refused, an extension and a release.
+async function redlockBasic(lib, r, key) {
+  const lock = redlock(lib, r, { retryCount: 0 });
+  const out = { version: pkgVersion(lib) };
+  const held = await lock.acquire(key, 1000);
   out.acquire = true;
   try {
-    await rl.acquire('nr4:res', 1000);
+    await lock.acquire(key, 1000);
     out.second_acquire = 'acquired';
   } catch (e) {
     out.second_acquire = errName(e);
   }
-  const ext = await lock.extend(3000);
-  const pttl = await r.pttl('nr4:res');
+  const ext = await held.extend(3000);
+  const pttl = await r.pttl(key);
   out.pttl_after_extend_above_1000 = pttl > 1000 && pttl <= 3000;
-  await ext.unlock();
-  out.get_after_release = await r.get('nr4:res');
-  const again = await rl.acquire('nr4:res', 1000);
-  await rl.release(again);
+  await lock.release(ext);
+  out.get_after_release = await r.get(key);
+  return { lock, out };
+}
+
+async function redlock4Basic() {
+  const r = ioredis();
+  const { lock, out } = await redlockBasic('redlock4', r, 'nr4:res');
+  const again = await lock.acquire('nr4:res', 1000);
+  await lock.rl.release(again);
   out.reacquire = true;
   // A holder whose TTL ran out is told the release did not happen.
-  const stale = await rl.acquire('nr4:exp', 200);
+  const stale = await lock.acquire('nr4:exp', 200);
   await sleep(400);
   try {
-    await stale.unlock();
+    await lock.release(stale);
     out.stale_release = 'released';
   } catch (e) {
     out.stale_release = errName(e);
@@ -85,27 +106,11 @@ async function redlock4Basic() {
 }
 
 async function redlock5Basic() {
-  const { default: Redlock } = require('redlock5');
   const r = ioredis();
-  const rl = new Redlock([r], { retryCount: 0 });
-  rl.on('error', () => {});
-  const out = { version: pkgVersion('redlock5') };
-  const lock = await rl.acquire(['nr5:res'], 1000);
-  out.acquire = true;
-  try {
-    await rl.acquire(['nr5:res'], 1000);
-    out.second_acquire = 'acquired';
-  } catch (e) {
-    out.second_acquire = errName(e);
-  }
-  const ext = await lock.extend(3000);
-  const pttl = await r.pttl('nr5:res');
-  out.pttl_after_extend_above_1000 = pttl > 1000 && pttl <= 3000;
-  await ext.release();
-  out.get_after_release = await r.get('nr5:res');
+  const { lock, out } = await redlockBasic('redlock5', r, 'nr5:res');
   // using() extends the lock automatically 500 ms before it would expire:
   // a routine that runs 1.7 s under a 1 s lock keeps it throughout.
-  await rl.using(['nr5:using'], 1000, async (signal) => {
+  await lock.rl.using(['nr5:using'], 1000, async (signal) => {
     await sleep(1700);
     out.using_aborted = signal.aborted;
     out.using_held = (await r.get('nr5:using')) !== null;
@@ -142,21 +147,15 @@ async function hotKey() {
   if (lib === 'redlock4' || lib === 'redlock5') {
     const r = ioredis();
     close = () => r.disconnect();
-    const settings = { retryCount, retryDelay, retryJitter: retryDelay, driftFactor: 0.01 };
+    const lock = redlock(lib, r, { retryCount, retryDelay, retryJitter: retryDelay, driftFactor: 0.01 });
     if (lib === 'redlock4') {
-      const Redlock = require('redlock4');
-      const rl = new Redlock([r], settings);
-      rl.on('clientError', () => {});
-      acquire = () => rl.acquire(key, ttl);
-      release = (l) => l.unlock();
+      acquire = () => lock.acquire(key, ttl);
+      release = lock.release;
     } else {
-      const { default: Redlock } = require('redlock5');
-      const rl = new Redlock([r], settings);
-      rl.on('error', () => {});
       // using(): acquire, the routine, automatic extension, release.
       out.using = true;
       acquire = null;
-      out.run = (body) => rl.using([key], ttl, body);
+      out.run = (body) => lock.rl.using([key], ttl, body);
     }
   } else if (lib === 'universal') {
     const { createLock, NodeRedisAdapter } = require('redlock-universal');
