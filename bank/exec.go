@@ -172,6 +172,21 @@ func parseBalances(keys []string, raw []any) ([]int64, error) {
 	return vals, nil
 }
 
+// compute is a transaction's step between its read and its write: it
+// parses the balances read for keys (t's), applies t to them, and calls
+// hold (if set).
+func compute(t Txn, keys []string, raw []any, hold func()) ([]int64, Outcome, error) {
+	vals, err := parseBalances(keys, raw)
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	o := t.Apply(vals)
+	if hold != nil {
+		hold()
+	}
+	return vals, o, nil
+}
+
 // apply reads t's balances, calls hold (if set), and writes the new ones.
 func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, hold func()) (Outcome, error) {
 	keys := t.Keys()
@@ -179,13 +194,9 @@ func apply(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, hold func
 	if err != nil {
 		return Outcome{}, fmt.Errorf("bank: read %v: %w", keys, err)
 	}
-	vals, err := parseBalances(keys, raw)
+	vals, o, err := compute(t, keys, raw, hold)
 	if err != nil {
 		return Outcome{}, err
-	}
-	o := t.Apply(vals)
-	if hold != nil {
-		hold()
 	}
 	var args []any
 	for i, ch := range o.Changed {

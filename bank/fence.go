@@ -145,13 +145,9 @@ func applyFenced(ctx context.Context, rdb *redis.Client, t Txn, w WriteMode, h F
 	if err != nil {
 		return Outcome{}, fmt.Errorf("bank: fenced read %v: %w", keys, fencedErr(err))
 	}
-	vals, err := parseBalances(keys, raw)
+	vals, o, err := compute(t, keys, raw, hold)
 	if err != nil {
 		return Outcome{}, err
-	}
-	o := t.Apply(vals)
-	if hold != nil {
-		hold()
 	}
 	wkeys := append([]string(nil), f.keys...)
 	wargs := append(append([]any(nil), f.args...), w.String())

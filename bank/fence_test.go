@@ -20,16 +20,24 @@ func (t tokens) Fence(key string) (uint64, bool) {
 	return v, ok
 }
 
+// redisDB is a client of a redis-server of the test's own, and a context
+// that bounds the test's commands.
+func redisDB(t *testing.T) (*redis.Client, context.Context) {
+	t.Helper()
+	srv := testproc.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return rdb, ctx
+}
+
 // TestFencesRefuseTheStaleHolder plays, against a real redis-server, what
 // happens behind an expired lock: a holder whose token is older than one
 // that has touched the account is refused at its read and at its write,
 // and the newest holder goes through.
 func TestFencesRefuseTheStaleHolder(t *testing.T) {
-	srv := testproc.Redis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	rdb, ctx := redisDB(t)
 	if _, err := Load(ctx, rdb, LoadConfig{Accounts: 10, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +101,7 @@ func TestFencesRefuseTheStaleHolder(t *testing.T) {
 // it left, so that an overdraft a race caused is counted when it happens
 // and not only if it survives to the final scan.
 func TestWritesReportOverdrafts(t *testing.T) {
-	srv := testproc.Redis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	rdb, ctx := redisDB(t)
 	if err := rdb.MSet(ctx, SavingsKey(6), 50, CheckingKey(6), 50).Err(); err != nil {
 		t.Fatal(err)
 	}

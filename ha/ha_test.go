@@ -36,6 +36,24 @@ func campaign(t *testing.T, cli *clientv3.Client, name string) *ha.Leader {
 	return l
 }
 
+// activeLeader is the active node of shard s1, "a", with a 1 s lease and
+// the given patience, for a test that then takes its etcd away (so no
+// resign when it ends: it would wait on the lost etcd). ctx is the
+// campaign's, and ends with the test.
+func activeLeader(t *testing.T, cli *clientv3.Client, patience time.Duration) (*ha.Leader, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "a", Advertise: "a", TTL: time.Second, Patience: patience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Take(ctx, memnode.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return l, ctx
+}
+
 // A successor starts above every fencing token and horizon its predecessor
 // saved, and only the leader can write the record.
 func TestTakeoverStartsANewGeneration(t *testing.T) {
@@ -137,16 +155,7 @@ func TestLeaderWithoutLeaseIsDeposed(t *testing.T) {
 // cannot know whether a successor is about to be elected.
 func TestLeaderStopsWhenEtcdIsGone(t *testing.T) {
 	etcd := testproc.Etcd(t, 1)
-	cli := dial(t, etcd)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "a", Advertise: "a", TTL: time.Second, Patience: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := l.Take(ctx, memnode.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	l, _ := activeLeader(t, dial(t, etcd), 300*time.Millisecond)
 	killed := time.Now()
 	etcd.Kill(0)
 	select {
@@ -166,16 +175,8 @@ func TestLeaderStopsWhenEtcdIsGone(t *testing.T) {
 func TestLeaderStopsOnTimeWhenEtcdHangs(t *testing.T) {
 	etcd := testproc.Etcd(t, 1)
 	cli := dial(t, etcd)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	const patience = 300 * time.Millisecond
-	l, err := ha.Campaign(ctx, cli, ha.LeaderConfig{Shard: "s1", Name: "a", Advertise: "a", TTL: time.Second, Patience: patience})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := l.Take(ctx, memnode.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	l, ctx := activeLeader(t, cli, patience)
 	resp, err := cli.TimeToLive(ctx, clientv3.LeaseID(mustLease(t, cli)))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -82,7 +83,7 @@ func TestDoorbellCostsMemfab(t *testing.T) {
 }
 
 func TestDoorbellCostsTCP(t *testing.T) {
-	m, ep := networkMap(t, shiftlock.Config{OwnerTags: true})
+	m, ep := maptest.Network(t, shiftlock.Config{OwnerTags: true})
 	doorbellCosts(t, m, ep)
 }
 
@@ -92,7 +93,7 @@ func TestDoorbellCostsTCP(t *testing.T) {
 // a time: what is staged while one is out goes when its answer is in, and
 // After waits for exactly what was staged between the last Mark and it.
 func TestDoorbellLaunch(t *testing.T) {
-	m, ep := networkMap(t, shiftlock.Config{})
+	m, ep := maptest.Network(t, shiftlock.Config{})
 	d := m.NewDoorbell()
 	back := make(chan func(), 4)
 	queue := func(f func()) { back <- f }

@@ -1,17 +1,15 @@
 package lockmap_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -73,7 +71,7 @@ func embeddedPair(t *testing.T) (*lockmap.Map, *lockmap.Map) {
 // TestLoopOnNetworkMap: a map on a memnode process is not inline, and
 // every lock operation on its Loop is refused before any verb.
 func TestLoopOnNetworkMap(t *testing.T) {
-	m, ep := networkMap(t, shiftlock.Config{})
+	m, ep := maptest.Network(t, shiftlock.Config{})
 	if m.Inline() {
 		t.Fatal("a tcpfab map must not be inline")
 	}
@@ -99,16 +97,9 @@ func TestLoopOnNetworkMap(t *testing.T) {
 // TestLoopRefusalIsNotAnAttempt: an acquire refused with ErrWouldBlock
 // runs again off the event loop, so OnAcquire hears of it once, not twice.
 func TestLoopRefusalIsNotAnAttempt(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second})
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("p1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	attempts := 0
-	m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{})}},
+	m, _ := maptest.Embedded(t, memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second},
 		lockmap.Config{OnAcquire: func(shiftlock.Mode, time.Duration, bool, bool) { attempts++ }})
-	t.Cleanup(m.Close)
 	lp := m.Loop(nil)
 	if _, ok, err := lp.Acquire(ctx(t), []string{"k"}, "t1", excl(time.Minute, time.Second)); !ok || err != nil {
 		t.Fatalf("free key: %v %v", ok, err)
@@ -119,23 +110,6 @@ func TestLoopRefusalIsNotAnAttempt(t *testing.T) {
 	if attempts != 1 {
 		t.Fatalf("OnAcquire heard %d attempts, want 1 (the refusal is not one)", attempts)
 	}
-}
-
-// networkMap is a lock table on a memnode process of its own, reached over
-// tcpfab, as a proxy joined to a memory node runs; ep counts its verbs.
-func networkMap(t *testing.T, cfg shiftlock.Config) (*lockmap.Map, *tcpfab.Endpoint) {
-	t.Helper()
-	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: t.Name()})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, cfg)}}, lockmap.Config{})
-	t.Cleanup(m.Close)
-	return m, ep
 }
 
 // TestAcquireOrQueue: the event-loop driver answers a free key and a

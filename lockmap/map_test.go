@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
@@ -422,21 +423,14 @@ func TestRedLockCollapsesOverProxies(t *testing.T) {
 // TestHoldEndReported: OnHoldEnd hears of every hold's end with how long
 // it lasted and whether its TTL ended it; Drain refuses acquires after.
 func TestHoldEndReported(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second})
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
 	type end struct {
 		held    time.Duration
 		expired bool
 	}
 	ends := make(chan end, 4)
-	m := lockmap.New([]*lockmap.Domain{{Name: "mem", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{
+	m, _ := maptest.Embedded(t, memnode.Config{Entries: 1 << 12, DeadAfter: 30 * time.Second}, lockmap.Config{
 		OnHoldEnd: func(_ shiftlock.Mode, held time.Duration, expired bool) { ends <- end{held, expired} },
 	})
-	t.Cleanup(m.Close)
 	c := ctx(t)
 	if _, ok, err := m.Acquire(c, []string{"r"}, "t", excl(time.Minute, 0)); !ok || err != nil {
 		t.Fatalf("acquire: %v %v", ok, err)

@@ -473,47 +473,46 @@ func (m *Map) rangeRecord(rn *rangeName, key, token string, held *rangelock.Held
 // rangeDone ends one user of rn, and unbinds the name once it has none and
 // its Locker is idle.
 func (m *Map) rangeDone(rn *rangeName) {
-	m.rng.mu.Lock()
-	rn.mu.Lock()
-	rn.users--
-	idle := rn.users == 0 && !rn.gone && rn.err == nil
-	var lk *rangelock.Locker
-	if idle {
-		lk = rn.lk
-		if lk != nil && !lk.Idle() {
-			idle = false
+	m.rangeUnbindIf(rn, func() bool {
+		rn.users--
+		if rn.users != 0 || rn.gone || rn.err != nil {
+			return false
+		}
+		if lk := rn.lk; lk != nil && !lk.Idle() {
 			// Requests that gave up left a bakery ticket to pass on: the
 			// tree stays ours until that is done.
 			go func() {
 				lk.WaitIdle()
 				m.rangeUnbindIfIdle(rn, lk)
 			}()
+			return false
 		}
-	}
-	if idle {
-		rn.gone = true
-		m.rng.forgetLocked(rn)
-	}
-	rn.mu.Unlock()
-	m.rng.mu.Unlock()
-	if idle {
-		m.rangeUnbind(rn)
-	}
+		return true
+	})
 }
 
 // rangeUnbindIfIdle unbinds rn if it still has no user and lk, its Locker,
 // is idle.
 func (m *Map) rangeUnbindIfIdle(rn *rangeName, lk *rangelock.Locker) {
+	m.rangeUnbindIf(rn, func() bool {
+		return rn.users == 0 && !rn.gone && rn.lk == lk && lk.Idle()
+	})
+}
+
+// rangeUnbindIf unbinds rn if idle, called with m.rng.mu and rn.mu held,
+// says so: the name is forgotten under the locks, and its tree unbound
+// after them.
+func (m *Map) rangeUnbindIf(rn *rangeName, idle func() bool) {
 	m.rng.mu.Lock()
 	rn.mu.Lock()
-	idle := rn.users == 0 && !rn.gone && rn.lk == lk && lk.Idle()
-	if idle {
+	gone := idle()
+	if gone {
 		rn.gone = true
 		m.rng.forgetLocked(rn)
 	}
 	rn.mu.Unlock()
 	m.rng.mu.Unlock()
-	if idle {
+	if gone {
 		m.rangeUnbind(rn)
 	}
 }

@@ -95,6 +95,13 @@ func (mb *Member) changed() <-chan struct{} {
 	return mb.Follow.Changed()
 }
 
+// connectWithin is Connect, given up after timeout.
+func (mb *Member) connectWithin(ctx context.Context, timeout time.Duration) error {
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return mb.Connect(jctx)
+}
+
 // Connect joins once and builds the lock domain on top of the endpoint.
 func (mb *Member) Connect(ctx context.Context) error {
 	ep, err := mb.Join(ctx)
@@ -169,9 +176,7 @@ func (mb *Member) Supervise(ctx context.Context, m Replacer, rejoins func()) {
 		mb.Close()
 		backoff := 50 * time.Millisecond
 		for {
-			jctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := mb.Connect(jctx)
-			cancel()
+			err := mb.connectWithin(ctx, 5*time.Second)
 			if err == nil {
 				break
 			}
@@ -243,9 +248,7 @@ func JoinAll(ctx context.Context, ms []*Member) error {
 		deadline := time.Now().Add(time.Minute)
 		var logged time.Time
 		for {
-			jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := mb.Connect(jctx)
-			cancel()
+			err := mb.connectWithin(ctx, 10*time.Second)
 			if err == nil {
 				break
 			}

@@ -159,32 +159,23 @@ func (s *Server) cmdLockInfo(st *connState, args [][]byte) {
 	}
 	w := &st.w
 	w.mapHeader(8)
-	w.bulk("key")
-	w.bulk(in.Key)
-	w.bulk("state")
-	w.bulk(in.State.String())
-	w.bulk("memnode")
-	w.bulk(in.Domain)
-	w.bulk("entry")
-	w.int(int64(in.Entry))
-	w.bulk("lease")
-	w.bulk(lease)
+	w.bulkField("key", in.Key)
+	w.bulkField("state", in.State.String())
+	w.bulkField("memnode", in.Domain)
+	w.intField("entry", int64(in.Entry))
+	w.bulkField("lease", lease)
 	w.bulk("holders")
 	w.array(len(in.Holders))
 	for _, h := range in.Holders {
 		w.mapHeader(4)
-		w.bulk("token")
-		w.bulk(h.Token)
-		w.bulk("mode")
-		w.bulk(h.Mode.String())
-		w.bulk("fence")
-		w.int(int64(h.Fence))
-		w.bulk("ttl_ms")
-		if h.TTL == 0 {
-			w.int(-1)
-		} else {
-			w.int(h.TTL.Milliseconds())
+		w.bulkField("token", h.Token)
+		w.bulkField("mode", h.Mode.String())
+		w.intField("fence", int64(h.Fence))
+		ttl := int64(-1) // none
+		if h.TTL != 0 {
+			ttl = h.TTL.Milliseconds()
 		}
+		w.intField("ttl_ms", ttl)
 	}
 	w.bulk("queue_tail")
 	if in.State == lockmap.HeldHere {
@@ -192,6 +183,5 @@ func (s *Server) cmdLockInfo(st *connState, args [][]byte) {
 	} else {
 		w.bulk(in.Lock.Tail().String())
 	}
-	w.bulk("readers")
-	w.int(int64(in.Lock.Readers()))
+	w.intField("readers", int64(in.Lock.Readers()))
 }

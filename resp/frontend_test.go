@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/tcpfab"
 	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -235,7 +234,7 @@ func TestQueuedBehindOverNetwork(t *testing.T) {
 // not held here: a READ) goes to a goroutine, after the release has been
 // posted, and replies keep their order.
 func TestNetworkMapDoorbell(t *testing.T) {
-	m, ep := networkMap(t, shiftlock.Config{})
+	m, ep := maptest.Network(t, shiftlock.Config{})
 	if m.Inline() {
 		t.Fatal("a tcpfab map is inline")
 	}
@@ -277,23 +276,6 @@ func TestEventLoops(t *testing.T) {
 	if s.Clients() != 6 {
 		t.Fatalf("Clients() = %d", s.Clients())
 	}
-}
-
-// networkMap is a lock table on a memnode process of its own, reached over
-// tcpfab, as a proxy joined to a memory node runs; ep counts its verbs.
-func networkMap(t *testing.T, cfg shiftlock.Config) (*lockmap.Map, *tcpfab.Endpoint) {
-	t.Helper()
-	mn := testproc.Memnode(t, "-entries", "4096", "-dead-after", "1m")
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ep, err := tcpfab.Dial(dctx, mn.Addr, tcpfab.Config{Name: t.Name()})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
-	m := lockmap.New([]*lockmap.Domain{{Name: "mn", Client: shiftlock.NewClient(ep, cfg)}}, lockmap.Config{})
-	t.Cleanup(m.Close)
-	return m, ep
 }
 
 // TestWaitingAcquireEnqueuesOnce: on both front ends over the embedded

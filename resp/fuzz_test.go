@@ -14,22 +14,14 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
-	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
-	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
 // testServer is a Server over an embedded memory node, without a network.
 func testServer(tb testing.TB, password string) (*Server, *observer.ObservedLogs) {
 	tb.Helper()
-	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
-	tb.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("fuzz")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m := lockmap.New([]*lockmap.Domain{{Name: "embedded", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
-	tb.Cleanup(m.Close)
+	m, _ := maptest.Embedded(tb, memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour}, lockmap.Config{})
 	core, logs := observer.New(zapcore.ErrorLevel)
 	s := New(Config{Map: m, Password: password, Logger: zap.New(core), MaxValueBytes: 256,
 		Wait: lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: time.Millisecond}}}})

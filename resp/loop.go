@@ -442,11 +442,7 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 		default:
 			mark, ops := len(st.w.b), lc.bell.d.Len()
 			st.loop, st.blocked, st.bell, st.inline = lc.loop, false, lc.bell.d, lc.bell.inline
-			// A deferred acquire reports to the entry it will get.
-			if lc.next == nil {
-				lc.next = newPending(st.conn, lc.wake)
-			}
-			st.done, st.queueHook = lc.next.done, lc.next.queueHook
+			st.deferTo(&lc.next, lc.wake)
 			s.run(st, c, args)
 			st.loop, st.bell, st.done, st.queueHook = nil, nil, nil, st.conn.queueHook
 			if lc.bell.inline {
@@ -463,11 +459,7 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 				st.w.b = st.w.b[:mark]
 				s.runOffloaded(lc, c, args)
 			} else if st.deferred {
-				st.deferred = false
-				p := lc.next
-				lc.next = nil
-				p.resp3, p.keys = st.w.resp3, keysOf(c, args)
-				lc.q.push(p, &st.w)
+				lc.q.push(st.takeDeferred(&lc.next, c, args), &st.w)
 			}
 		}
 		s.onCommand(name)

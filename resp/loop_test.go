@@ -12,9 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
-	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -211,14 +211,7 @@ func loopServer(t testing.TB, tweak func(*Config)) *Server {
 // tell what the lock commands cost.
 func loopServerEP(t testing.TB, tweak func(*Config)) (*Server, rdma.Endpoint) {
 	t.Helper()
-	host := memnode.New(memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour})
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("loop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := lockmap.New([]*lockmap.Domain{{Name: "embedded", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
-	t.Cleanup(m.Close)
+	m, ep := maptest.Embedded(t, memnode.Config{Entries: 1 << 10, DeadAfter: time.Hour}, lockmap.Config{})
 	cfg := Config{Map: m, Logger: zap.NewNop(), Wait: lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: time.Minute}}}}
 	if tweak != nil {
 		tweak(&cfg)
@@ -671,7 +664,7 @@ func TestLoopPanicCostsOneReply(t *testing.T) {
 // send in one pass of the loop cost one round trip together, and so do
 // their releases in the next.
 func TestDoorbellSharedByConnections(t *testing.T) {
-	m, ep := networkMap(t, shiftlock.Config{OwnerTags: true})
+	m, ep := maptest.Network(t, shiftlock.Config{OwnerTags: true})
 	s := New(Config{Map: m, Logger: zap.NewNop()})
 	tasks := newLoopTasks()
 	bell := s.newLoopBell(tasks.add)

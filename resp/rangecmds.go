@@ -69,30 +69,20 @@ func (s *Server) cmdLockRangeInfo(st *connState, args [][]byte) {
 	}
 	w := &st.w
 	w.mapHeader(5)
-	w.bulk("key")
-	w.bulk(in.Key)
-	w.bulk("memnode")
-	w.bulk(in.Domain)
-	w.bulk("tree")
-	w.int(in.Tree) // -1: the name has no tree while nobody here uses it
-	w.bulk("units")
-	w.int(int64(in.Units))
+	w.bulkField("key", in.Key)
+	w.bulkField("memnode", in.Domain)
+	w.intField("tree", in.Tree) // -1: the name has no tree while nobody here uses it
+	w.intField("units", int64(in.Units))
 	w.bulk("holders")
 	w.array(len(in.Holders))
 	for _, h := range in.Holders {
 		w.mapHeader(6)
-		w.bulk("token")
-		w.bulk(h.Token)
-		w.bulk("start")
-		w.int(int64(h.L))
-		w.bulk("end")
-		w.int(int64(h.R))
-		w.bulk("mode")
-		w.bulk(h.Mode.String())
-		w.bulk("fence")
-		w.int(int64(h.Fence))
-		w.bulk("ttl_ms")
-		w.int(h.TTLms)
+		w.bulkField("token", h.Token)
+		w.intField("start", int64(h.L))
+		w.intField("end", int64(h.R))
+		w.bulkField("mode", h.Mode.String())
+		w.intField("fence", int64(h.Fence))
+		w.intField("ttl_ms", h.TTLms)
 	}
 }
 

@@ -262,11 +262,8 @@ func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
 		default:
 			rc.settle(c, args)
 			mark := len(st.w.b)
-			if rc.next == nil {
-				rc.next = newPending(st.conn, rc.wake)
-			}
 			st.loop, st.blocked, st.inline = rc.loop, false, rc.inline
-			st.done, st.queueHook = rc.next.done, rc.next.queueHook
+			st.deferTo(&rc.next, rc.wake)
 			s.run(st, c, args)
 			st.loop, st.inline, st.done, st.queueHook = nil, false, nil, st.conn.queueHook
 			if st.blocked {
@@ -276,10 +273,7 @@ func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
 			} else if st.deferred {
 				// An acquire queued in its lock: its reply comes when it is
 				// handed the lock, and the replies behind it wait for it.
-				st.deferred = false
-				p := rc.next
-				rc.next = nil
-				p.resp3, p.keys = st.w.resp3, keysOf(c, args)
+				p := st.takeDeferred(&rc.next, c, args)
 				rc.mu.Lock()
 				rc.q.push(p, &st.w)
 				rc.mu.Unlock()

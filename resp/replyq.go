@@ -63,6 +63,29 @@ type pending struct {
 	done      func(render func(*replyWriter))
 }
 
+// deferTo has the lock command st is about to run on an event loop report
+// an acquire it defers to *next, the entry its connection keeps for one;
+// if it has none yet, one is made, whose wake has the connection served
+// again.
+func (st *connState) deferTo(next **pending, wake func()) {
+	if *next == nil {
+		*next = newPending(st.conn, wake)
+	}
+	st.done, st.queueHook = (*next).done, (*next).queueHook
+}
+
+// takeDeferred, once the command st ran (c, args) has deferred its
+// acquire (st.deferred), clears that and returns the entry it reports to,
+// *next, ready for the reply queue; the connection makes a new one for the
+// next command that defers.
+func (st *connState) takeDeferred(next **pending, c *command, args [][]byte) *pending {
+	st.deferred = false
+	p := *next
+	*next = nil
+	p.resp3, p.keys = st.w.resp3, keysOf(c, args)
+	return p
+}
+
 // newPending is an entry for a command of c's that will go on running;
 // wake has c served again.
 func newPending(c *conn, wake func()) *pending {

@@ -25,3 +25,8 @@ func (w *replyWriter) verbatim(s string)  { w.b = wire.AppendVerbatim(w.b, s, w.
 func (w *replyWriter) reply(r wire.Reply) { w.b = wire.AppendReply(w.b, r, w.resp3) }
 
 func (w *replyWriter) reset() { w.b = w.b[:0] }
+
+// bulkField and intField write one field of a map reply (mapHeader): its
+// name, then its value.
+func (w *replyWriter) bulkField(name, v string)      { w.bulk(name); w.bulk(v) }
+func (w *replyWriter) intField(name string, n int64) { w.bulk(name); w.int(n) }

@@ -18,14 +18,5 @@ if ! command -v node >/dev/null 2>&1; then
   need+=(nodejs npm)
 fi
 
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "missing: ${need[*]} (run as root, or: sudo apt-get install -y ${need[*]})" >&2
-  exit 1
-fi
-echo "installing: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+[ ${#need[@]} -eq 0 ] && exit 0
+exec "$(dirname "$0")/apt-install.sh" "${need[@]}"

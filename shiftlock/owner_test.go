@@ -178,19 +178,27 @@ func TestSameOwnerFoundUpTheQueue(t *testing.T) {
 	t.Fatal("entry never became free: the released pending guard did not pass the lock on")
 }
 
+// heldUnderTag42: a holds entry i under owner tag 42, vouched; b's try
+// under the same tag finds it held, and e is the entry that try read.
+func heldUnderTag42(t *testing.T, ctx context.Context, a, b *shiftlock.Client, i uint64) (ga *shiftlock.Guard, e shiftlock.Entry) {
+	t.Helper()
+	ga, _, _, _ = a.TryExclusiveTagged(ctx, i, 42)
+	ga.Vouch()
+	_, ok, e, err := b.TryExclusiveTagged(ctx, i, 42)
+	if ok || err != nil {
+		t.Fatal("try on a held entry", ok, err)
+	}
+	return ga, e
+}
+
 // TestQueryOwner: a try that finds the entry held asks the queue, at no
 // memory-node cost, and learns the holder's token only for its own tag.
 func TestQueryOwner(t *testing.T) {
 	cl := newCluster(t, 2, 8, shiftlock.Config{OwnerTags: true})
 	a, b := cl.clients[0], cl.clients[1]
 	ctx := ctxT(t)
-	ga, _, _, _ := a.TryExclusiveTagged(ctx, 5, 42)
-	ga.Vouch()
-	before := b.Endpoint().Counters().Snapshot()
-	_, ok, e, err := b.TryExclusiveTagged(ctx, 5, 42)
-	if ok || err != nil {
-		t.Fatal("try on a held entry", ok, err)
-	}
+	before := b.Endpoint().Counters().Snapshot() // a's verbs are its own
+	ga, e := heldUnderTag42(t, ctx, a, b, 5)
 	tok, same := b.QueryOwner(ctx, 5, e.Tail(), 42, time.Second)
 	if !same || tok != ga.Token() {
 		t.Fatalf("query: %v %d, want the holder's token %d", same, tok, ga.Token())
@@ -216,12 +224,7 @@ func TestRetagMovesRecognition(t *testing.T) {
 	cl := newCluster(t, 2, 8, shiftlock.Config{OwnerTags: true})
 	a, b := cl.clients[0], cl.clients[1]
 	ctx := ctxT(t)
-	ga, _, _, _ := a.TryExclusiveTagged(ctx, 6, 42)
-	ga.Vouch()
-	_, ok, e, err := b.TryExclusiveTagged(ctx, 6, 42)
-	if ok || err != nil {
-		t.Fatal("try on a held entry", ok, err)
-	}
+	ga, e := heldUnderTag42(t, ctx, a, b, 6)
 	if _, same := b.QueryOwner(ctx, 6, e.Tail(), 42, time.Second); !same {
 		t.Fatal("the holder's own tag not recognised") // and now it is listed under 42
 	}

@@ -43,9 +43,23 @@ func (g *Guard) letGo() {
 	o.mu.Lock()
 	o.gone = true
 	g.c.owners.unlist(o)
+	subs := o.takeSubs()
+	o.mu.Unlock()
+	g.passOn(subs)
+}
+
+// takeSubs empties the questions waiting for o's vouch and returns them;
+// o.mu is held.
+func (o *owner) takeSubs() []query {
 	subs := o.subs
 	o.subs = nil
-	o.mu.Unlock()
+	return subs
+}
+
+// passOn sends subs, questions that were waiting for g's vouch, on up the
+// queue: g will not answer them now. A copy that waited on g as its node's
+// listed writer (viaList) is dropped, as its question walks on anyway.
+func (g *Guard) passOn(subs []query) {
 	for _, q := range subs {
 		if !q.viaList {
 			g.c.ownerQuery(g.self.Target, g.entry, q)
@@ -71,8 +85,7 @@ func (g *Guard) Vouch() {
 		return
 	}
 	o.vouched, o.token = true, token
-	subs := o.subs
-	o.subs = nil
+	subs := o.takeSubs()
 	o.mu.Unlock()
 	for _, q := range subs {
 		g.c.answerSame(g.entry, q, token)
@@ -101,12 +114,7 @@ func (g *Guard) Retag(tag uint64) {
 	}
 	g.c.owners.unlist(o) // listed under the old tag; a visit lists it anew
 	o.tag = tag
-	subs := o.subs
-	o.subs = nil
+	subs := o.takeSubs()
 	o.mu.Unlock()
-	for _, q := range subs {
-		if !q.viaList {
-			g.c.ownerQuery(g.self.Target, g.entry, q)
-		}
-	}
+	g.passOn(subs)
 }

@@ -23,16 +23,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/shiftlock/shiftlock-proxy/internal/procutil"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	os.Exit(mainArgs(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { procutil.Main(mainArgs) }
 
 const usage = `usage: bank load|run [flags]   (bank <cmd> -h for the flags)`
 

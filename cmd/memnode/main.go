@@ -16,14 +16,9 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,33 +31,15 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/rdma/verbs"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { procutil.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	log, end, exit := procutil.Begin("memnode", err, cfg.LogLevel, cfg.CPUProfile, stderr)
+	if log == nil {
+		return exit
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "memnode:", err)
-		return 2
-	}
-	log, err := procutil.NewLogger(cfg.LogLevel, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "memnode:", err)
-		return 2
-	}
-	defer func() { _ = log.Sync() }()
-	stopProfile, err := procutil.StartCPUProfile(cfg.CPUProfile)
-	if err != nil {
-		log.Error("cpuprofile", zap.Error(err))
-		return 1
-	}
-	defer stopProfile()
+	defer end()
 
 	mcfg := memnode.Config{
 		Entries:           cfg.Entries,

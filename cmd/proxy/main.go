@@ -23,7 +23,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -43,37 +42,19 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/resp"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { procutil.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	log, end, exit := procutil.Begin("proxy", err, cfg.LogLevel, cfg.CPUProfile, stderr)
+	if log == nil {
+		return exit
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "proxy:", err)
-		return 2
-	}
-	log, err := procutil.NewLogger(cfg.LogLevel, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "proxy:", err)
-		return 2
-	}
-	defer func() { _ = log.Sync() }()
+	defer end()
 	if err := fitMaxClients(&cfg, log); err != nil {
 		log.Error("maxclients", zap.Error(err))
 		return 2
 	}
-	stopProfile, err := procutil.StartCPUProfile(cfg.CPUProfile)
-	if err != nil {
-		log.Error("cpuprofile", zap.Error(err))
-		return 1
-	}
-	defer stopProfile()
 	if n := cfg.procs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}

@@ -1,5 +1,5 @@
 // Package procutil is the process plumbing the project's commands share:
-// the JSON logger, the /metrics endpoint, a CPU profile switch, CPU-time
+// their start (Main, Begin), the JSON logger, the /metrics endpoint, a CPU profile switch, CPU-time
 // readers for benchmarks, and the start and graceful stop of a child
 // process.
 package procutil
@@ -9,14 +9,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
 	"runtime/pprof"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +28,46 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/net/netutil"
 )
+
+// Main runs a command's run with the arguments after the program name and
+// the process's standard output and error, under a context that SIGTERM or
+// SIGINT cancels, and exits with the code run returns. Tests call run
+// itself, with a context and writers of their own.
+func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Begin starts a daemon named name once its configuration is parsed, with
+// parseErr the parse's error: a logger at level writing to stderr
+// (NewLogger), and a CPU profile to cpuProfile (StartCPUProfile; none if
+// empty). The daemon goes on when log is not nil, and defers end, which
+// stops the profile and flushes the log. Otherwise it exits with code: 0
+// after -h (flag.ErrHelp), 2 for a configuration or log level it cannot
+// use (said on stderr), 1 for a profile it cannot write (logged).
+func Begin(name string, parseErr error, level, cpuProfile string, stderr io.Writer) (log *zap.Logger, end func(), code int) {
+	if errors.Is(parseErr, flag.ErrHelp) {
+		return nil, nil, 0
+	}
+	if parseErr != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, parseErr)
+		return nil, nil, 2
+	}
+	log, err := NewLogger(level, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, nil, 2
+	}
+	stopProfile, err := StartCPUProfile(cpuProfile)
+	if err != nil {
+		log.Error("cpuprofile", zap.Error(err))
+		_ = log.Sync()
+		return nil, nil, 1
+	}
+	return log, func() { stopProfile(); _ = log.Sync() }, 0
+}
 
 // NewLogger is the daemons' logger: JSON lines to out at level ("debug",
 // "info", "warn" or "error"), with ISO 8601 times and readable durations.

@@ -2,6 +2,7 @@ package procutil
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -141,6 +142,43 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := NewLogger("loud", &b); err == nil {
 		t.Fatal("an unknown level must be an error")
+	}
+}
+
+// TestBegin: -h and a configuration or log level that cannot be used end
+// the start with 0, 2 and 2, saying why under the daemon's name; a profile
+// that cannot be written ends it with 1; otherwise the daemon gets a
+// logger, and end writes the profile.
+func TestBegin(t *testing.T) {
+	var b strings.Builder
+	if log, _, code := Begin("d", flag.ErrHelp, "info", "", &b); log != nil || code != 0 || b.Len() != 0 {
+		t.Fatalf("-h: %v %d %q", log, code, b.String())
+	}
+	if log, _, code := Begin("d", errors.New("bad entries"), "info", "", &b); log != nil || code != 2 || b.String() != "d: bad entries\n" {
+		t.Fatalf("bad configuration: %v %d %q", log, code, b.String())
+	}
+	b.Reset()
+	if log, _, code := Begin("d", nil, "loud", "", &b); log != nil || code != 2 || !strings.HasPrefix(b.String(), "d: log level") {
+		t.Fatalf("bad log level: %v %d %q", log, code, b.String())
+	}
+	b.Reset()
+	dir := t.TempDir()
+	if log, _, code := Begin("d", nil, "info", filepath.Join(dir, "no", "such", "dir"), &b); log != nil || code != 1 || !strings.Contains(b.String(), "cpuprofile") {
+		t.Fatalf("unwritable profile: %v %d %q", log, code, b.String())
+	}
+	b.Reset()
+	path := filepath.Join(dir, "cpu.out")
+	log, end, code := Begin("d", nil, "info", path, &b)
+	if log == nil || code != 0 {
+		t.Fatalf("a good start: %v %d %q", log, code, b.String())
+	}
+	log.Info("started")
+	end()
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("profile not written: %v", err)
+	}
+	if !strings.Contains(b.String(), `"msg":"started"`) {
+		t.Fatalf("log output: %q", b.String())
 	}
 }
 

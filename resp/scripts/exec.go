@@ -27,9 +27,43 @@ func opsError(err error) wire.Reply {
 	return wire.Error("ERR " + msg)
 }
 
+// intReply is a script's 1 or 0 for whether an operation on the lock
+// table was done, or the error it met.
+func intReply(done bool, err error) wire.Reply {
+	if err != nil {
+		return opsError(err)
+	}
+	if done {
+		return wire.Int(1)
+	}
+	return wire.Int(0)
+}
+
+// okReply is a script's OK or nil for whether an operation on the lock
+// table was done, or the error it met.
+func okReply(done bool, err error) wire.Reply {
+	if err != nil {
+		return opsError(err)
+	}
+	if done {
+		return wire.OK
+	}
+	return wire.Nil
+}
+
 func heldBy(ops Ops, key, token string) bool {
 	cur, held := ops.Get(key)
 	return held && cur == token
+}
+
+// anyHeld reports whether any key of keys is held, by whoever.
+func anyHeld(ops Ops, keys []string) bool {
+	for _, k := range keys {
+		if _, held := ops.Get(k); held {
+			return true
+		}
+	}
+	return false
 }
 
 // pexpire applies PEXPIRE to a key held by token. Redis deletes the key when
@@ -72,14 +106,7 @@ func reobtain(ops Ops, key, cur string, held bool, value string, ttl time.Durati
 // execRelease: delete KEYS[1] if its value is ARGV[1]; reply 1 if deleted,
 // else 0 (missing or held by someone else).
 func execRelease(ops Ops, keys, argv []string) wire.Reply {
-	ok, err := ops.Release(keys[0], argv[0])
-	if err != nil {
-		return opsError(err)
-	}
-	if ok {
-		return wire.Int(1)
-	}
-	return wire.Int(0)
+	return intReply(ops.Release(keys[0], argv[0]))
 }
 
 // execReleaseTristate: as execRelease, but a missing key replies -1 so that
@@ -108,14 +135,7 @@ func execExtend(ops Ops, keys, argv []string) wire.Reply {
 		}
 		return wire.Int(0)
 	}
-	done, err := pexpire(ops, keys[0], argv[0], n)
-	if err != nil {
-		return opsError(err)
-	}
-	if done {
-		return wire.Int(1)
-	}
-	return wire.Int(0)
+	return intReply(pexpire(ops, keys[0], argv[0], n))
 }
 
 // execExtendOrAcquire: if KEYS[1] holds ARGV[1], PEXPIRE it to ARGV[2] ms;
@@ -139,14 +159,7 @@ func execExtendOrAcquire(ops Ops, keys, argv []string) wire.Reply {
 	if !ok {
 		return bad
 	}
-	got, err := ops.Acquire([]string{key}, token, ttl, false)
-	if err != nil {
-		return opsError(err)
-	}
-	if got {
-		return wire.Int(1)
-	}
-	return wire.Int(0)
+	return intReply(ops.Acquire([]string{key}, token, ttl, false))
 }
 
 // execPTTLOrMinus3: if KEYS[1] holds ARGV[1], reply its PTTL (ms, or -1
@@ -228,14 +241,7 @@ func execObtainPrefix(ops Ops, keys, argv []string) wire.Reply {
 	if mine, r := ownsByPrefix(cur, held, value, offset); !mine {
 		return r
 	}
-	done, err := reobtain(ops, key, cur, held, value, ttl)
-	if err != nil {
-		return opsError(err)
-	}
-	if !done {
-		return wire.Nil
-	}
-	return wire.OK
+	return okReply(reobtain(ops, key, cur, held, value, ttl))
 }
 
 // execObtainMulti: MSETNX every key of KEYS to ARGV[1]; if that fails because
@@ -258,20 +264,11 @@ func execObtainMulti(ops Ops, keys, argv []string) wire.Reply {
 		if got {
 			return wire.OK
 		}
-	} else {
-		free := true
-		for _, k := range ukeys {
-			if _, held := ops.Get(k); held {
-				free = false
-				break
-			}
+	} else if !anyHeld(ops, ukeys) {
+		if !ok {
+			return bad
 		}
-		if free {
-			if !ok {
-				return bad
-			}
-			return wire.OK // set, then deleted at once by a non-positive PEXPIRE
-		}
+		return wire.OK // set, then deleted at once by a non-positive PEXPIRE
 	}
 	offset, badOffset, okOffset := luaOffset(argv[1])
 	if !okOffset {
@@ -432,17 +429,6 @@ func pyAddTTL(cur int64, add string) (int64, wire.Reply, bool) {
 	return n, wire.Reply{}, true
 }
 
-func pyPexpire(ops Ops, key, token string, n int64) wire.Reply {
-	done, err := pexpire(ops, key, token, n)
-	if err != nil {
-		return opsError(err)
-	}
-	if !done {
-		return wire.Int(0) // lost between the check and the PEXPIRE
-	}
-	return wire.Int(1)
-}
-
 // execPyExtendAdd (redis-py up to 3.4): if KEYS[1] holds ARGV[1] and has a
 // TTL, set its TTL to the remaining TTL plus ARGV[2] ms and reply 1; else 0.
 func execPyExtendAdd(ops Ops, keys, argv []string) wire.Reply {
@@ -454,7 +440,7 @@ func execPyExtendAdd(ops Ops, keys, argv []string) wire.Reply {
 	if !ok {
 		return bad
 	}
-	return pyPexpire(ops, keys[0], argv[0], n)
+	return intReply(pexpire(ops, keys[0], argv[0], n)) // 0: lost since the check
 }
 
 // execPyExtend (redis-py 3.5+): as execPyExtendAdd when ARGV[3] is "0";
@@ -474,7 +460,7 @@ func execPyExtend(ops Ops, keys, argv []string) wire.Reply {
 	if !ok {
 		return bad
 	}
-	return pyPexpire(ops, keys[0], argv[0], n)
+	return intReply(pexpire(ops, keys[0], argv[0], n)) // 0: lost since the check
 }
 
 // execPyAcquire (redis-py 2.10 LuaLock): SETNX KEYS[1] ARGV[1]; if it was set
@@ -499,14 +485,7 @@ func execPyAcquire(ops Ops, keys, argv []string) wire.Reply {
 		}
 		ttl = ms(n)
 	}
-	got, err := ops.Acquire([]string{key}, token, ttl, false)
-	if err != nil {
-		return opsError(err)
-	}
-	if got {
-		return wire.Int(1)
-	}
-	return wire.Int(0)
+	return intReply(ops.Acquire([]string{key}, token, ttl, false))
 }
 
 // execSetNXPX: the reply of SET KEYS[1] ARGV[1] NX PX ARGV[2] itself: OK if
@@ -516,14 +495,7 @@ func execSetNXPX(ops Ops, keys, argv []string) wire.Reply {
 	if !ok {
 		return bad
 	}
-	got, err := ops.Acquire([]string{keys[0]}, argv[0], ttl, false)
-	if err != nil {
-		return opsError(err)
-	}
-	if got {
-		return wire.OK
-	}
-	return wire.Nil
+	return okReply(ops.Acquire([]string{keys[0]}, argv[0], ttl, false))
 }
 
 // multiArgs is the argument check of node-redlock's multi-key scripts: with
@@ -547,10 +519,8 @@ func execAcquireAll(ops Ops, keys, argv []string) wire.Reply {
 	}
 	ttl, bad, ok := setPXArg(argv[1])
 	if !ok {
-		for _, k := range keys {
-			if _, held := ops.Get(k); held {
-				return wire.Int(0)
-			}
+		if anyHeld(ops, keys) {
+			return wire.Int(0)
 		}
 		return bad
 	}
@@ -632,14 +602,7 @@ func execRedlockRbLock(ops Ops, keys, argv []string) wire.Reply {
 			return wire.OK
 		}
 	}
-	done, err := ops.Extend(key, token, ttl)
-	if err != nil {
-		return opsError(err)
-	}
-	if done {
-		return wire.OK
-	}
-	return wire.Nil
+	return okReply(ops.Extend(key, token, ttl))
 }
 
 // execGetAndPTTL (redlock-rb): reply [GET KEYS[1], PTTL KEYS[1]], i.e. the
