@@ -12,12 +12,4 @@ command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ]; then
-  echo "missing: ${need[*]} (run as root, or: sudo apt-get install -y ${need[*]})" >&2
-  exit 1
-fi
-echo "installing: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+exec "$(dirname "$0")/../apt-install.sh" "${need[@]}"
