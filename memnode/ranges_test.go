@@ -191,7 +191,11 @@ func TestRangeRepairAfterDeath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // a beat or two publishes the horizon
+	// A beat the memory node has publishes the horizon (on a loaded host
+	// the periodic ones may not have come yet).
+	if err := hb.Push(context.Background(), horizon); err != nil {
+		t.Fatal(err)
+	}
 	hb.Stop()
 	// The horizon runs from the last beat, not from the leave: a repair
 	// 393 ms after the leave with a 400 ms horizon is right if that beat
