@@ -458,9 +458,8 @@ func (s *Server) Leave(n rdma.NodeID) {
 	// A member may leave right after a beat that pushed its horizon, before
 	// a sweep saw it, and a proxy that lost its membership leaves while its
 	// clients still believe their locks: the tomb must carry that horizon.
-	now := time.Now()
-	s.observe(m, now)
-	s.bury(m, now, "left")
+	s.observe(m)
+	s.bury(m, time.Now(), "left")
 	s.stats.Leaves.Add(1)
 }
 
@@ -525,8 +524,10 @@ func (s *Server) monitor() {
 		select {
 		case <-s.stop:
 			return
-		case now := <-t.C:
-			s.sweep(now)
+		case <-t.C:
+			// Not the tick's time: a sweep that runs late (a loaded
+			// host) must not date what it sees to when it was due.
+			s.sweep(time.Now())
 			select {
 			case saves <- struct{}{}:
 			default: // the saver has one waiting already
@@ -552,7 +553,7 @@ func (s *Server) saver(saves <-chan struct{}, saved chan<- struct{}) {
 func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	for _, m := range s.members {
-		s.observe(m, now)
+		s.observe(m)
 		if now.Sub(m.lastSeen) > s.cfg.DeadAfter {
 			s.stats.Deaths.Add(1)
 			s.bury(m, now, fmt.Sprintf("no heartbeat for %v", now.Sub(m.lastSeen).Round(time.Millisecond)))
@@ -569,7 +570,9 @@ func (s *Server) sweep(now time.Time) {
 }
 
 // Lowering the saved horizon is an fsync (or an etcd write); it is done at
-// most once per lowerEvery, and only by at least lowerMin.
+// most once per lowerEvery, and only by at least lowerMin or to nothing
+// (else a horizon lowered to less than lowerMin, which two passes that
+// observe the same target in one millisecond can do, stays saved for good).
 const (
 	lowerEvery = time.Second
 	lowerMinMs = 1000
@@ -613,7 +616,7 @@ func (s *Server) persist(now time.Time) {
 	switch {
 	case target > saveHzn:
 		saveHzn = target
-	case target+lowerMinMs <= saveHzn && s.slotMs <= target && now.Sub(s.lastLower) >= lowerEvery:
+	case (target+lowerMinMs <= saveHzn || target == 0 && saveHzn > 0) && s.slotMs <= target && now.Sub(s.lastLower) >= lowerEvery:
 		saveHzn = target
 		s.lastLower = now
 	}
@@ -655,7 +658,7 @@ func (s *Server) horizonTarget(now time.Time) uint64 {
 	var last time.Time
 	var maxMs uint64
 	for _, m := range s.members {
-		if ms := s.observe(m, now); ms > maxMs {
+		if ms := s.observe(m); ms > maxMs {
 			maxMs = ms
 		}
 		if m.horizon.After(last) {
@@ -699,13 +702,20 @@ func (s *Server) scanRelCnt() uint64 {
 
 // observe reads m's slot. The sequence is read before the horizon: the node
 // writes the horizon first, so a new sequence implies its horizon is visible.
-func (s *Server) observe(m *member, now time.Time) uint64 {
+//
+// A new beat is dated when it was read, with the clock read after the slot:
+// the member sent it no later, and its grants end by then plus the horizon.
+// A time taken before the read (a sweep's start, a late tick's) could
+// predate the beat and end its horizon early, a repair or a recovery going
+// ahead while the member's clients may still believe their locks.
+func (s *Server) observe(m *member) uint64 {
 	base := rdma.NodeSlotSize * uint64(m.id)
 	seq, _ := s.nodes.Load8(base + rdma.SlotSeq)
 	if seq == m.lastSeq {
 		return m.lastMs
 	}
 	ms, _ := s.nodes.Load8(base + rdma.SlotHorizon)
+	now := time.Now()
 	m.lastSeq = seq
 	m.lastSeen = now
 	if limit := uint64((rdma.MaxHorizon(s.cfg.MaxLease, s.cfg.DeadAfter) + time.Millisecond - 1) / time.Millisecond); ms > limit {

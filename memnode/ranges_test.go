@@ -100,12 +100,8 @@ func TestRangePool(t *testing.T) {
 func TestRangeFencesStartAboveRelBase(t *testing.T) {
 	dir := t.TempDir()
 	// Solo: the restart owes the first run only its horizons, none here.
-	cfg, err := memnode.Open(dir, memnode.Config{RangeTreeBytes: treeBytes, RangeBytes: 2 * treeBytes, Entries: 16, DeadAfter: time.Hour, HeartbeatInterval: 10 * time.Millisecond, Solo: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
-	ep, _ := memfab.New(host).Join("a")
+	cfg := open(t, dir, memnode.Config{RangeTreeBytes: treeBytes, RangeBytes: 2 * treeBytes, Entries: 16, DeadAfter: time.Hour, HeartbeatInterval: 10 * time.Millisecond, Solo: true})
+	host, _, ep := joinOne(t, cfg)
 	// A fence far above any RelCnt: the saved mark must follow it.
 	if _, err := ep.FAA(context.Background(), rdma.Addr{Region: rdma.RegionRanges, Offset: treeBytes}, 5<<40); err != nil {
 		t.Fatal(err)
@@ -118,16 +114,7 @@ func TestRangeFencesStartAboveRelBase(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	host.Close()
-	cfg2, err := memnode.Open(dir, memnode.Config{RangeTreeBytes: treeBytes, RangeBytes: 2 * treeBytes, Entries: 16, DeadAfter: time.Hour, Solo: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host2 := memnode.New(cfg2)
-	t.Cleanup(host2.Close)
-	ep2, err := memfab.New(host2).Join("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, ep2 := joinOne(t, open(t, dir, memnode.Config{RangeTreeBytes: treeBytes, RangeBytes: 2 * treeBytes, Entries: 16, DeadAfter: time.Hour, Solo: true}))
 	for tree := uint64(0); tree < 2; tree++ {
 		if f := fenceOf(t, ep2, tree); f <= 5<<40 {
 			t.Fatalf("after a restart tree %d starts at %d, not above %d", tree, f, uint64(5<<40))
@@ -191,7 +178,11 @@ func TestRangeRepairAfterDeath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // a beat or two publishes the horizon
+	// A beat the memory node has publishes the horizon (on a loaded host
+	// the periodic ones may not have come yet).
+	if err := hb.Push(context.Background(), horizon); err != nil {
+		t.Fatal(err)
+	}
 	hb.Stop()
 	// The horizon runs from the last beat, not from the leave: a repair
 	// 393 ms after the leave with a 400 ms horizon is right if that beat

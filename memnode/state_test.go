@@ -14,6 +14,16 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
+// open is memnode.Open, failing the test on an error.
+func open(t *testing.T, dir string, cfg memnode.Config) memnode.Config {
+	t.Helper()
+	cfg, err := memnode.Open(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // TestRestartKeepsTokensIncreasingAndWaitsOutLeases: a memory node that
 // restarts from its state directory starts a new generation whose tokens lie
 // above every token of the previous one, and refuses joins until the longest
@@ -24,18 +34,11 @@ func TestRestartKeepsTokensIncreasingAndWaitsOutLeases(t *testing.T) {
 	// DeadAfter/2 without an acknowledged beat, and a confirmation (a
 	// sweep plus two fsyncs) gets ten beat intervals.
 	base := memnode.Config{Entries: 64, HeartbeatInterval: 100 * time.Millisecond, DeadAfter: 2 * time.Second}
-	cfg, err := memnode.Open(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := open(t, dir, base)
 	if cfg.Generation != 1 || !cfg.GraceUntil.IsZero() {
 		t.Fatalf("first start: generation %d, grace until %v", cfg.Generation, cfg.GraceUntil)
 	}
-	host := memnode.New(cfg)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	host, _, ep := joinOne(t, cfg)
 	if !ep.Layout().Persistent {
 		t.Fatal("layout does not say the memory node is persistent")
 	}
@@ -65,10 +68,7 @@ func TestRestartKeepsTokensIncreasingAndWaitsOutLeases(t *testing.T) {
 	host.Close() // the process dies: the table is gone
 
 	opened := time.Now()
-	cfg2, err := memnode.Open(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg2 := open(t, dir, base)
 	if cfg2.Generation != 2 {
 		t.Fatalf("second start: generation %d", cfg2.Generation)
 	}
@@ -100,20 +100,12 @@ func TestRestartKeepsTokensIncreasingAndWaitsOutLeases(t *testing.T) {
 // a reason until the first lets go.
 func TestStateDirIsExclusive(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := memnode.Open(dir, memnode.Config{Entries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
+	host := memnode.New(open(t, dir, memnode.Config{Entries: 16}))
 	if _, err := memnode.Open(dir, memnode.Config{Entries: 16}); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("a second memory node on the same state directory: %v", err)
 	}
 	host.Close()
-	cfg, err = memnode.Open(dir, memnode.Config{Entries: 16})
-	if err != nil {
-		t.Fatalf("after the first closed: %v", err)
-	}
-	memnode.New(cfg).Close()
+	memnode.New(open(t, dir, memnode.Config{Entries: 16})).Close()
 }
 
 // TestSavedHorizonComesDown: once the locks granted under a long horizon
@@ -123,15 +115,8 @@ func TestStateDirIsExclusive(t *testing.T) {
 func TestSavedHorizonComesDown(t *testing.T) {
 	dir := t.TempDir()
 	base := memnode.Config{Entries: 64, HeartbeatInterval: 50 * time.Millisecond, DeadAfter: 2 * time.Second}
-	cfg, err := memnode.Open(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
-	ep, err := memfab.New(host).Join("p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := open(t, dir, base)
+	host, _, ep := joinOne(t, cfg)
 	lease := lockmap.NewLease(ep)
 	ctx := context.Background()
 	if err := lease.Cover(ctx, time.Now().Add(3*time.Second), 3*time.Second); err != nil {
@@ -154,10 +139,7 @@ func TestSavedHorizonComesDown(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	host.Close()
-	cfg2, err := memnode.Open(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg2 := open(t, dir, base)
 	defer memnode.New(cfg2).Close()
 	if grace := time.Until(cfg2.GraceUntil); grace > base.DeadAfter {
 		t.Fatalf("restart grace %v after every lease ran out, want at most dead_after", grace)

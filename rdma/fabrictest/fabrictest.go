@@ -58,6 +58,30 @@ func Run(t *testing.T, join Join, opts ...Option) {
 	t.Run("Probe", func(t *testing.T) { s.testProbe(t, join) })
 }
 
+// Concurrently runs f(0), ..., f(n-1), each on a goroutine of its own,
+// and once all have returned fails t with the first error any returned:
+// the shape of a fabric's concurrency tests, whose goroutines may not call
+// t.Fatal themselves.
+func Concurrently(t testing.TB, n int, f func(g int) error) {
+	t.Helper()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(g); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
 func (s suite) ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), s.bound(20*time.Second))
 	t.Cleanup(cancel)
@@ -199,38 +223,25 @@ func (s suite) testMaskedFAAConcurrent(t *testing.T, join Join) {
 	cnt, rel := rdma.NewField(40, 23), rdma.NewField(64, 64)
 	boundary := rdma.Boundary(cnt, rel)
 	e := scratch(1)
-	var wg sync.WaitGroup
-	errs := make(chan error, nodes*perNode)
-	var first rdma.Endpoint
-	for n := 0; n < nodes; n++ {
-		ep := join(t, "faa")
-		if first == nil {
-			first = ep
-		}
-		for g := 0; g < perNode; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := context.Background()
-				addr := ep.Layout().EntryAddr(e)
-				for i := 0; i < iters; i++ {
-					if _, err := ep.MaskedFAA128(c, addr, cnt.Value(1).Or(rel.Value(1)), boundary); err != nil {
-						errs <- err
-						return
-					}
-					if _, err := ep.MaskedFAA128(c, addr, cnt.Neg(1), boundary); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
+	eps := make([]rdma.Endpoint, nodes)
+	for n := range eps {
+		eps[n] = join(t, "faa")
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	Concurrently(t, nodes*perNode, func(g int) error {
+		ep := eps[g/perNode]
+		c := context.Background()
+		addr := ep.Layout().EntryAddr(e)
+		for i := 0; i < iters; i++ {
+			if _, err := ep.MaskedFAA128(c, addr, cnt.Value(1).Or(rel.Value(1)), boundary); err != nil {
+				return err
+			}
+			if _, err := ep.MaskedFAA128(c, addr, cnt.Neg(1), boundary); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	first := eps[0]
 	var buf [16]byte
 	if err := first.Read(s.ctx(t), first.Layout().EntryAddr(e), buf[:]); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,28 @@ func everyFrame(to rdma.NodeID) map[string][]byte {
 		"verb":        frame(tVerb, 1, 5, appendOp(nil, &faa)),
 		"batch":       frame(tBatch, 2, 6, appendOp(appendOp(nil, &faa), &w)),
 		"probe reply": frame(tProbeReply, 0, 7, nil),
+		"range":       frame(tRange, 0, 9, appendRangeRequest(nil, rdma.RangeRequest{Op: rdma.RangeBind})),
+		"attach":      frame(tAttach, 0, 10, []byte{1}),
 		"send":        frame(tSend, 0, 8, appendSend(nil, 1, to, 1, &rdma.Payload{1})),
+	}
+}
+
+// expectEveryFrameRefused sends each of everyFrame(to) on a connection of
+// its own to addr, without the challenge, and expects it refused.
+func expectEveryFrameRefused(t *testing.T, addr string, to rdma.NodeID) {
+	t.Helper()
+	for name, f := range everyFrame(to) {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(f); err != nil {
+				t.Fatal(err)
+			}
+			expectRefused(t, c)
+		})
 	}
 }
 
@@ -81,19 +102,7 @@ func TestMemnodeRequiresSecret(t *testing.T) {
 	}
 
 	before := host.Counters().Snapshot()
-	for name, f := range everyFrame(good.Node()) {
-		t.Run(name, func(t *testing.T) {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if _, err := c.Write(f); err != nil {
-				t.Fatal(err)
-			}
-			expectRefused(t, c)
-		})
-	}
+	expectEveryFrameRefused(t, addr, good.Node())
 	if d := host.Counters().Snapshot().Sub(before); d.InAtomics() != 0 || d.In[rdma.VerbWrite] != 0 || d.In[rdma.VerbBatch] != 0 {
 		t.Fatalf("unauthenticated frames reached the lock table: %v", d.In)
 	}
@@ -133,19 +142,7 @@ func TestPeerPortRequiresSecret(t *testing.T) {
 	if m := <-got; m.Payload[0] != 7 {
 		t.Fatalf("got %+v", m)
 	}
-	for name, f := range everyFrame(b.Node()) {
-		t.Run(name, func(t *testing.T) {
-			c, err := net.Dial("tcp", b.PeerAddr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if _, err := c.Write(f); err != nil {
-				t.Fatal(err)
-			}
-			expectRefused(t, c)
-		})
-	}
+	expectEveryFrameRefused(t, b.PeerAddr(), b.Node())
 	select {
 	case m := <-got:
 		t.Fatalf("an unauthenticated connection delivered %+v", m)

@@ -336,41 +336,40 @@ func (e *Endpoint) Post(ctx context.Context, b *rdma.Batch) error {
 
 // join runs the Join control call.
 func (e *Endpoint) join(ctx context.Context, req rdma.JoinRequest) (rdma.JoinReply, error) {
-	var rep rdma.JoinReply
-	err := e.controlCall(ctx, tJoin, appendJoinRequest(nil, req), func(p []byte) (err error) {
-		rep, err = decodeJoinReply(p)
-		return err
-	})
-	return rep, err
+	return controlCall(ctx, e, tJoin, appendJoinRequest(nil, req), decodeJoinReply)
 }
 
-// controlCall sends a control request and decodes its reply with dec.
-func (e *Endpoint) controlCall(ctx context.Context, typ uint8, req []byte, dec func([]byte) error) error {
+// controlCall sends a control request and decodes its reply with decode.
+func controlCall[T any](ctx context.Context, e *Endpoint, typ uint8, req []byte, decode func([]byte) (T, error)) (T, error) {
+	var zero T
 	c := getCall(typ)
 	c.req = req
 	defer putCall(c)
 	if err := e.mn.do(ctx, c, e.timeout); err != nil {
-		return err
+		return zero, err
 	}
 	if c.err != nil {
-		return c.err
+		return zero, c.err
 	}
-	if err := dec(c.body); err != nil {
-		return fmt.Errorf("%w: %s: bad control reply: %v", rdma.ErrUnreachable, e.mn.what, err)
+	rep, err := decode(c.body)
+	if err != nil {
+		return zero, fmt.Errorf("%w: %s: bad control reply: %v", rdma.ErrUnreachable, e.mn.what, err)
 	}
-	return nil
+	return rep, nil
 }
 
-func (e *Endpoint) fetchPeers(ctx context.Context) ([]rdma.Peer, error) {
-	var ps []rdma.Peer
-	err := e.controlCall(ctx, tPeers, nil, func(p []byte) (err error) {
-		ps, err = decodePeers(p)
-		return err
-	})
+// countedCall is a controlCall that counts as one control verb once
+// answered: every control call but Join.
+func countedCall[T any](ctx context.Context, e *Endpoint, typ uint8, req []byte, decode func([]byte) (T, error)) (T, error) {
+	rep, err := controlCall(ctx, e, typ, req, decode)
 	if err == nil {
 		e.ctrs.Out(rdma.VerbControl)
 	}
-	return ps, err
+	return rep, err
+}
+
+func (e *Endpoint) fetchPeers(ctx context.Context) ([]rdma.Peer, error) {
+	return countedCall(ctx, e, tPeers, nil, decodePeers)
 }
 
 // Attach sends an ATTACH request over the control connection (behind the
@@ -380,15 +379,9 @@ func (e *Endpoint) Attach(ctx context.Context, req []byte) ([]byte, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	var rep []byte
-	err := e.controlCall(ctx, tAttach, req, func(p []byte) error {
-		rep = append([]byte(nil), p...)
-		return nil
+	return countedCall(ctx, e, tAttach, req, func(p []byte) ([]byte, error) {
+		return append([]byte(nil), p...), nil // p goes back to the call pool
 	})
-	if err == nil {
-		e.ctrs.Out(rdma.VerbControl)
-	}
-	return rep, err
 }
 
 // Broken is closed once the control connection to the memory node has
@@ -413,15 +406,7 @@ func (c control) Recover(ctx context.Context, req rdma.RecoverRequest) (rdma.Rec
 	if err := c.e.check(ctx); err != nil {
 		return rdma.RecoverReply{}, err
 	}
-	var rep rdma.RecoverReply
-	err := c.e.controlCall(ctx, tRecover, appendRecoverRequest(nil, req), func(p []byte) (err error) {
-		rep, err = decodeRecoverReply(p)
-		return err
-	})
-	if err == nil {
-		c.e.ctrs.Out(rdma.VerbControl)
-	}
-	return rep, err
+	return countedCall(ctx, c.e, tRecover, appendRecoverRequest(nil, req), decodeRecoverReply)
 }
 
 // Range implements rdma.RangeControl.
@@ -429,15 +414,7 @@ func (c control) Range(ctx context.Context, req rdma.RangeRequest) (rdma.RangeRe
 	if err := c.e.check(ctx); err != nil {
 		return rdma.RangeReply{}, err
 	}
-	var rep rdma.RangeReply
-	err := c.e.controlCall(ctx, tRange, appendRangeRequest(nil, req), func(p []byte) (err error) {
-		rep, err = decodeRangeReply(p)
-		return err
-	})
-	if err == nil {
-		c.e.ctrs.Out(rdma.VerbControl)
-	}
-	return rep, err
+	return countedCall(ctx, c.e, tRange, appendRangeRequest(nil, req), decodeRangeReply)
 }
 
 var _ rdma.RangeControl = control{}

@@ -124,17 +124,18 @@ func decodeRecoverRequest(p []byte) (rdma.RecoverRequest, error) {
 	return r, d.Done(trailing)
 }
 
+// appendRecoverReply and appendRangeReply encode a status reply: a status
+// byte, a word (the era, the tree), a retry hint and a reason.
 func appendRecoverReply(b []byte, r rdma.RecoverReply) []byte {
-	b = append(b, uint8(r.Status))
-	b = binary.LittleEndian.AppendUint64(b, r.Era)
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.RetryAfter))
-	return wire.AppendStr(b, r.Reason)
+	return appendStatusReply(b, uint8(r.Status), r.Era, r.RetryAfter, r.Reason)
 }
 
 func decodeRecoverReply(p []byte) (rdma.RecoverReply, error) {
-	d := newDecoder(p)
-	r := rdma.RecoverReply{Status: rdma.RecoverStatus(d.U8()), Era: d.U64(), RetryAfter: time.Duration(d.U64()), Reason: d.Str()}
-	return r, d.Done(trailing)
+	st, era, retry, reason, err := decodeStatusReply(p, uint8(rdma.RecoverDone), uint8(rdma.RecoverNotYet), "recover")
+	if err != nil {
+		return rdma.RecoverReply{}, err
+	}
+	return rdma.RecoverReply{Status: rdma.RecoverStatus(st), Era: era, RetryAfter: retry, Reason: reason}, nil
 }
 
 func appendRangeRequest(b []byte, r rdma.RangeRequest) []byte {
@@ -152,22 +153,37 @@ func decodeRangeRequest(p []byte) (rdma.RangeRequest, error) {
 }
 
 func appendRangeReply(b []byte, r rdma.RangeReply) []byte {
-	b = append(b, uint8(r.Status))
-	b = binary.LittleEndian.AppendUint64(b, r.Tree)
-	b = binary.LittleEndian.AppendUint64(b, uint64(r.RetryAfter))
-	return wire.AppendStr(b, r.Reason)
+	return appendStatusReply(b, uint8(r.Status), r.Tree, r.RetryAfter, r.Reason)
 }
 
 func decodeRangeReply(p []byte) (rdma.RangeReply, error) {
-	d := newDecoder(p)
-	r := rdma.RangeReply{Status: rdma.RangeStatus(d.U8()), Tree: d.U64(), RetryAfter: time.Duration(d.U64()), Reason: d.Str()}
-	if err := d.Done(trailing); err != nil {
+	st, tree, retry, reason, err := decodeStatusReply(p, uint8(rdma.RangeOK), uint8(rdma.RangeBusy), "range")
+	if err != nil {
 		return rdma.RangeReply{}, err
 	}
-	if r.Status < rdma.RangeOK || r.Status > rdma.RangeBusy {
-		return rdma.RangeReply{}, fmt.Errorf("%w: range status %d", rdma.ErrBadRequest, r.Status)
+	return rdma.RangeReply{Status: rdma.RangeStatus(st), Tree: tree, RetryAfter: retry, Reason: reason}, nil
+}
+
+func appendStatusReply(b []byte, status uint8, word uint64, retry time.Duration, reason string) []byte {
+	b = append(b, status)
+	b = binary.LittleEndian.AppendUint64(b, word)
+	b = binary.LittleEndian.AppendUint64(b, uint64(retry))
+	return wire.AppendStr(b, reason)
+}
+
+// decodeStatusReply decodes a status reply whose status must lie in
+// [lo, hi]: a caller acts on the statuses it knows, and one it does not
+// know is a corrupt reply, not a silent no-op.
+func decodeStatusReply(p []byte, lo, hi uint8, what string) (status uint8, word uint64, retry time.Duration, reason string, err error) {
+	d := newDecoder(p)
+	status, word, retry, reason = d.U8(), d.U64(), time.Duration(d.U64()), d.Str()
+	if err := d.Done(trailing); err != nil {
+		return 0, 0, 0, "", err
 	}
-	return r, nil
+	if status < lo || status > hi {
+		return 0, 0, 0, "", fmt.Errorf("%w: %s status %d", rdma.ErrBadRequest, what, status)
+	}
+	return status, word, retry, reason, nil
 }
 
 const sendBodySize = 2 + 2 + 4 + rdma.PayloadSize

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
+	"github.com/shiftlock/shiftlock-proxy/rdma/fabrictest"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 )
 
@@ -369,36 +370,24 @@ func TestManyOutstanding(t *testing.T) {
 	ts := startServer(t, memnode.Config{Entries: 1024})
 	eps := []*Endpoint{dial(t, ts.addr, "a"), dial(t, ts.addr, "b")}
 	const goroutines, iters = 64, 200
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for g := 0; g < goroutines; g++ {
+	fabrictest.Concurrently(t, goroutines, func(g int) error {
 		ep := eps[g%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := context.Background()
-			mine := ep.Layout().EntryAddr(uint64(100 + g))
-			shared := ep.Layout().EntryAddr(1)
-			for i := 0; i < iters; i++ {
-				// A private entry checks each reply reaches its own caller.
-				if old, err := ep.FAA(ctx, mine, 1); err != nil || old != uint64(i) {
-					errs <- errors.Join(err, errors.New("private counter out of step"))
-					return
-				}
-				var b rdma.Batch
-				b.MaskedFAA128(shared, rdma.U128{Lo: 1, Hi: 1}, rdma.U128{Lo: 1 << 63})
-				if err := ep.Post(ctx, &b); err != nil || b.FirstErr() != nil {
-					errs <- errors.Join(err, b.FirstErr())
-					return
-				}
+		ctx := context.Background()
+		mine := ep.Layout().EntryAddr(uint64(100 + g))
+		shared := ep.Layout().EntryAddr(1)
+		for i := 0; i < iters; i++ {
+			// A private entry checks each reply reaches its own caller.
+			if old, err := ep.FAA(ctx, mine, 1); err != nil || old != uint64(i) {
+				return errors.Join(err, errors.New("private counter out of step"))
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			var b rdma.Batch
+			b.MaskedFAA128(shared, rdma.U128{Lo: 1, Hi: 1}, rdma.U128{Lo: 1 << 63})
+			if err := ep.Post(ctx, &b); err != nil || b.FirstErr() != nil {
+				return errors.Join(err, b.FirstErr())
+			}
+		}
+		return nil
+	})
 	var buf [16]byte
 	if err := eps[0].Read(testCtx(t), eps[0].Layout().EntryAddr(1), buf[:]); err != nil {
 		t.Fatal(err)

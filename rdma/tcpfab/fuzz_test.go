@@ -200,6 +200,16 @@ func sampleJoinReply() rdma.JoinReply {
 	}
 }
 
+// reencode decodes body and encodes the result again; ok is false if body
+// does not decode.
+func reencode[T any](body []byte, decode func([]byte) (T, error), encode func([]byte, T) []byte) (again []byte, ok bool) {
+	v, err := decode(body)
+	if err != nil {
+		return nil, false
+	}
+	return encode(nil, v), true
+}
+
 // FuzzControl decodes arbitrary bytes as each control-path body. Nothing may
 // panic, and whatever decodes must encode back to the same bytes.
 func FuzzControl(f *testing.F) {
@@ -220,37 +230,18 @@ func FuzzControl(f *testing.F) {
 		}
 		kind, body := data[0]%ctlKinds, data[1:]
 		var again []byte
+		ok := true
 		switch kind {
 		case ctlJoinRequest:
-			r, err := decodeJoinRequest(body)
-			if err != nil {
-				return
-			}
-			again = appendJoinRequest(nil, r)
+			again, ok = reencode(body, decodeJoinRequest, appendJoinRequest)
 		case ctlJoinReply:
-			r, err := decodeJoinReply(body)
-			if err != nil {
-				return
-			}
-			again = appendJoinReply(nil, r)
+			again, ok = reencode(body, decodeJoinReply, appendJoinReply)
 		case ctlPeers:
-			ps, err := decodePeers(body)
-			if err != nil {
-				return
-			}
-			again = appendPeers(nil, ps)
+			again, ok = reencode(body, decodePeers, appendPeers)
 		case ctlRecoverRequest:
-			r, err := decodeRecoverRequest(body)
-			if err != nil {
-				return
-			}
-			again = appendRecoverRequest(nil, r)
+			again, ok = reencode(body, decodeRecoverRequest, appendRecoverRequest)
 		case ctlRecoverReply:
-			r, err := decodeRecoverReply(body)
-			if err != nil {
-				return
-			}
-			again = appendRecoverReply(nil, r)
+			again, ok = reencode(body, decodeRecoverReply, appendRecoverReply)
 		case ctlSend:
 			from, to, m, err := decodeSend(body)
 			if err != nil {
@@ -261,21 +252,16 @@ func FuzzControl(f *testing.F) {
 			}
 			again = appendSend(nil, from, to, m.To, &m.Payload)
 		case ctlRangeRequest:
-			r, err := decodeRangeRequest(body)
-			if err != nil {
-				return
-			}
-			again = appendRangeRequest(nil, r)
+			again, ok = reencode(body, decodeRangeRequest, appendRangeRequest)
 		case ctlRangeReply:
-			r, err := decodeRangeReply(body)
-			if err != nil {
-				return
-			}
-			again = appendRangeReply(nil, r)
+			again, ok = reencode(body, decodeRangeReply, appendRangeReply)
 		case ctlSendAck:
 			// Error texts are not canonical (an empty one is rebuilt from
 			// the sentinels), so only decoding is checked.
 			_, _, _ = decodeSendAck(body)
+			return
+		}
+		if !ok {
 			return
 		}
 		if !bytes.Equal(again, body) {
@@ -304,6 +290,11 @@ func TestControlRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeRangeReply(appendRangeReply(nil, rdma.RangeReply{Status: 9})); err == nil {
 		t.Fatal("range status 9 accepted")
+	}
+	for _, st := range []rdma.RecoverStatus{0, rdma.RecoverNotYet + 1} {
+		if _, err := decodeRecoverReply(appendRecoverReply(nil, rdma.RecoverReply{Status: st})); !errors.Is(err, rdma.ErrBadRequest) {
+			t.Fatalf("recover status %d: %v", st, err)
+		}
 	}
 	delivered, sendErr, err := decodeSendAck(appendSendAck(nil, true, rdma.ErrNotReady))
 	if err != nil || !delivered || !errors.Is(sendErr, rdma.ErrNotReady) {

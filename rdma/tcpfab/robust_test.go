@@ -198,33 +198,32 @@ func TestBadInput(t *testing.T) {
 		check()
 	})
 
-	t.Run("garbage", func(t *testing.T) {
-		r := rawDial(t, ts.addr)
-		r.send([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))
-		r.expectClosed()
-		waitLog(t, ts, "bad magic")
-		check()
-	})
-
-	t.Run("oversized frame", func(t *testing.T) {
-		r := rawDial(t, ts.addr)
-		r.join()
-		r.send(appendHeader(nil, header{Len: MaxFrame + 1, Type: tVerb, Count: 1, ID: 9}))
-		r.expectClosed()
-		waitLog(t, ts, "exceeds")
-		check()
-	})
-
-	t.Run("truncated frame", func(t *testing.T) {
-		r := rawDial(t, ts.addr)
-		r.join()
-		f := verbFrame(9, rdma.Op{Verb: rdma.VerbFAA, Addr: rdma.Addr{Region: 1}})
-		r.send(f[:len(f)-3])
-		_ = r.c.(*net.TCPConn).CloseWrite()
-		r.expectClosed()
-		waitLog(t, ts, "unexpected EOF")
-		check()
-	})
+	// Framing errors close the connection, with the reason logged.
+	truncated := verbFrame(9, rdma.Op{Verb: rdma.VerbFAA, Addr: rdma.Addr{Region: 1}})
+	for _, tc := range []struct {
+		name      string
+		join, eof bool // join first; hang up after sending
+		send      []byte
+		log       string
+	}{
+		{"garbage", false, false, []byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), "bad magic"},
+		{"oversized frame", true, false, appendHeader(nil, header{Len: MaxFrame + 1, Type: tVerb, Count: 1, ID: 9}), "exceeds"},
+		{"truncated frame", true, true, truncated[:len(truncated)-3], "unexpected EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rawDial(t, ts.addr)
+			if tc.join {
+				r.join()
+			}
+			r.send(tc.send)
+			if tc.eof {
+				_ = r.c.(*net.TCPConn).CloseWrite()
+			}
+			r.expectClosed()
+			waitLog(t, ts, tc.log)
+			check()
+		})
+	}
 }
 
 // TestPeerPortGarbage checks that junk on a node's Send port closes only

@@ -129,14 +129,14 @@ func Serve(ctx context.Context, ln net.Listener, host rdma.Host, log *zap.Logger
 
 // Serve accepts connections on ln until ln fails or the server is closed.
 func (s *Server) Serve(ln net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = ln.Close()
+	if !s.track(ln, func() { s.lns[ln] = struct{}{} }) {
 		return ErrServerClosed
 	}
-	s.lns[ln] = struct{}{}
-	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.lns, ln)
+		s.mu.Unlock()
+	}()
 	var backoff acceptBackoff
 	for {
 		c, err := ln.Accept()
@@ -145,15 +145,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			closed := s.closed
 			s.mu.Unlock()
 			if closed {
-				s.mu.Lock()
-				delete(s.lns, ln)
-				s.mu.Unlock()
 				return ErrServerClosed
 			}
 			if errors.Is(err, net.ErrClosed) {
-				s.mu.Lock()
-				delete(s.lns, ln)
-				s.mu.Unlock()
 				return err
 			}
 			// Out of file descriptors, mostly: the members already
@@ -166,17 +160,25 @@ func (s *Server) Serve(ln net.Listener) error {
 		sc := &sconn{srv: s, c: c, s: newSender(c), remote: c.RemoteAddr().String(),
 			probes: map[uint32]chan rdma.Hold{}, gone: make(chan struct{})}
 		sc.ctx, sc.cancel = context.WithCancel(context.Background())
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			_ = c.Close()
+		if !s.track(c, func() { s.conns[sc] = struct{}{}; s.wg.Add(1) }) {
+			sc.cancel()
 			return ErrServerClosed
 		}
-		s.conns[sc] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
 		go sc.serve()
 	}
+}
+
+// track runs add, which records c for Close, unless the server is closed;
+// then it closes c and returns false.
+func (s *Server) track(c io.Closer, add func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = c.Close()
+		return false
+	}
+	add()
+	return true
 }
 
 // Close stops accepting, closes every connection and waits for their

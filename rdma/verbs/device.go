@@ -259,6 +259,50 @@ func (d *device) close() {
 	d.dev.Close()
 }
 
+// qpMem is a queue pair and the memory its work requests use, registered
+// for local access: what the memory node connection, a member connection
+// and a memory node's member each set up, and tear down in reverse.
+type qpMem struct {
+	qp  *ibv.QP
+	mem []byte
+	mr  *ibv.MR
+}
+
+// newQPMem maps size bytes, registers them and creates a queue pair with
+// room for maxSend and maxRecv work requests; on an error it leaves
+// nothing behind.
+func (d *device) newQPMem(size, maxSend, maxRecv int) (qpMem, error) {
+	mem, err := ibv.Mmap(size)
+	if err != nil {
+		return qpMem{}, err
+	}
+	mr, err := d.dev.Register(mem, ibv.AccessLocalWrite)
+	if err != nil {
+		_ = ibv.Munmap(mem)
+		return qpMem{}, err
+	}
+	qp, err := d.dev.CreateQP(maxSend, maxRecv, 0)
+	if err != nil {
+		_ = mr.Deregister()
+		_ = ibv.Munmap(mem)
+		return qpMem{}, err
+	}
+	return qpMem{qp: qp, mem: mem, mr: mr}, nil
+}
+
+// destroyQPMem destroys q's queue pair, then releases the memory it wrote.
+// The zero qpMem has nothing to destroy. It is a function, not a method,
+// so that the types embedding a qpMem get no destroy that would skip their
+// own teardown (no deliveries first: device.unregister).
+func destroyQPMem(q qpMem) {
+	if q.qp == nil {
+		return
+	}
+	_ = q.qp.Destroy()
+	_ = q.mr.Deregister()
+	_ = ibv.Munmap(q.mem)
+}
+
 // statusErr maps a failed completion to the fabric's errors, so that the
 // layers above recover from a QP failure as they do from a lost TCP
 // connection on tcpfab:

@@ -61,10 +61,8 @@ type Endpoint struct {
 	mode       LockTableMode
 	timeout    time.Duration
 
-	mem []byte
-	mr  *ibv.MR
-	qp  *ibv.QP
-	cid uint32 // the memory node connection's id in dev
+	qpMem        // the queue pair to the memory node, and the slots' and reply buffers' memory
+	cid   uint32 // the memory node connection's id in dev
 
 	slots   []*slot
 	free    chan *slot
@@ -130,14 +128,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Endpoint, error) {
 			e.teardown()
 		}
 	}()
-	size := numSlots*MsgMax + cpuBufs*MsgMax
-	if e.mem, err = ibv.Mmap(size); err != nil {
-		return nil, fmt.Errorf("verbs: %w", err)
-	}
-	if e.mr, err = dev.dev.Register(e.mem, ibv.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("verbs: %w", err)
-	}
-	if e.qp, err = dev.dev.CreateQP(maxSendWR, cpuBufs, 0); err != nil {
+	if e.qpMem, err = dev.newQPMem(numSlots*MsgMax+cpuBufs*MsgMax, maxSendWR, cpuBufs); err != nil {
 		return nil, fmt.Errorf("verbs: %w", err)
 	}
 	e.slots = make([]*slot, numSlots)
@@ -296,15 +287,7 @@ func (e *Endpoint) teardown() {
 		e.dev.unregister(e.cid)
 	}
 	e.peers.destroyAll()
-	if e.qp != nil {
-		_ = e.qp.Destroy()
-	}
-	if e.mr != nil {
-		_ = e.mr.Deregister()
-	}
-	if e.mem != nil {
-		_ = ibv.Munmap(e.mem)
-	}
+	destroyQPMem(e.qpMem)
 	e.releaseDev()
 }
 
@@ -403,6 +386,27 @@ func (e *Endpoint) wait(ctx context.Context, s *slot) error {
 	s.abandoned = true
 	s.mu.Unlock()
 	return err
+}
+
+// run posts wrs, the run s is armed for, and waits for it. On nil the run
+// completed without error and s is the caller's to read and release; on
+// an error s is released, or abandoned to the completions still to come.
+func (e *Endpoint) run(ctx context.Context, s *slot, wrs []ibv.WR) error {
+	e.dev.kick()
+	if err := e.qp.PostSend(wrs); err != nil {
+		e.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
+		e.release(s) // nothing to complete: the slot and its credit go back
+		return e.brokenErr
+	}
+	if err := e.wait(ctx, s); err != nil {
+		return err
+	}
+	if s.err != nil {
+		err := s.err
+		e.release(s)
+		return err
+	}
+	return nil
 }
 
 // mnSink receives the completions of the queue pair to the memory node.
@@ -685,18 +689,7 @@ func (e *Endpoint) runOneSided(ctx context.Context, ops []rdma.Op, mechs []int8)
 		for k := range chain {
 			e.wire.wrs[chain[k].Opcode&7].Add(1)
 		}
-		e.dev.kick()
-		if err := e.qp.PostSend(chain); err != nil {
-			e.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
-			e.free <- s
-			return e.brokenErr
-		}
-		if err := e.wait(ctx, s); err != nil {
-			return err
-		}
-		if s.err != nil {
-			err := s.err
-			e.release(s)
+		if err := e.run(ctx, s, chain); err != nil {
 			return err
 		}
 		for k := 0; k < nplaced; k++ {
@@ -788,22 +781,7 @@ func (e *Endpoint) cpuRequest(ctx context.Context, ops []rdma.Op) error {
 	e.wire.cpuOps.Add(uint64(len(ops)))
 	wr := []ibv.WR{{ID: wrID(kCPUSend, e.cid, s.idx) | lastFlag, Opcode: ibv.OpSend, Flags: ibv.SendSignaled,
 		LocalAddr: s.addr, LocalLen: uint32(len(msg)), LKey: e.mr.LKey}}
-	e.dev.kick()
-	if err := e.qp.PostSend(wr); err != nil {
-		e.fail(fmt.Errorf("%w: %v", rdma.ErrUnreachable, err))
-		s.mu.Lock()
-		s.cpu = false
-		s.mu.Unlock()
-		e.credits <- struct{}{}
-		e.free <- s
-		return e.brokenErr
-	}
-	if err := e.wait(ctx, s); err != nil {
-		return err
-	}
-	if s.err != nil {
-		err := s.err
-		e.release(s)
+	if err := e.run(ctx, s, wr); err != nil {
 		return err
 	}
 	reqErr, err := decodeReply(e.recvBuf(s.reply)[:s.replyLen], ops)

@@ -54,9 +54,7 @@ type peerConn struct {
 
 	mu        sync.RWMutex // read-held while posting; write-held to destroy
 	destroyed bool
-	qp        *ibv.QP
-	mem       []byte
-	mr        *ibv.MR
+	qpMem
 
 	ready    chan struct{} // out: closed once connected, or failed
 	readyErr error
@@ -81,16 +79,7 @@ func (p *peers) newConn(node rdma.NodeID, out bool) (*peerConn, error) {
 		sendFree: make(chan int, peerBufs), credits: make(chan struct{}, peerCredits), pending: map[uint32]chan *PeerAck{},
 		psn: rand.Uint32() & (1<<24 - 1)}
 	var err error
-	if c.mem, err = ibv.Mmap(2 * peerBufs * peerMsgMax); err != nil {
-		return nil, err
-	}
-	if c.mr, err = e.dev.dev.Register(c.mem, ibv.AccessLocalWrite); err != nil {
-		_ = ibv.Munmap(c.mem)
-		return nil, err
-	}
-	if c.qp, err = e.dev.dev.CreateQP(2*peerBufs, peerBufs, 0); err != nil {
-		_ = c.mr.Deregister()
-		_ = ibv.Munmap(c.mem)
+	if c.qpMem, err = e.dev.newQPMem(2*peerBufs*peerMsgMax, 2*peerBufs, peerBufs); err != nil {
 		return nil, err
 	}
 	c.id = e.dev.register(c)
@@ -172,9 +161,7 @@ func (c *peerConn) destroy() {
 	c.p.mu.Lock()
 	delete(c.p.all, c)
 	c.p.mu.Unlock()
-	_ = c.qp.Destroy()
-	_ = c.mr.Deregister()
-	_ = ibv.Munmap(c.mem)
+	destroyQPMem(c.qpMem)
 }
 
 // post sends msg (encoded by enc into a send buffer) on the connection.

@@ -281,11 +281,9 @@ type member struct {
 
 	mu        sync.RWMutex // read-held while used; write-held to destroy
 	destroyed bool
-	qp        *ibv.QP
-	mem       []byte
-	mr        *ibv.MR
-	revoked   atomic.Bool
-	outSince  time.Time // revoker only: when it first saw the member not admitted
+	qpMem
+	revoked  atomic.Bool
+	outSince time.Time // revoker only: when it first saw the member not admitted
 
 	// Used by the poller only.
 	replyFree []int
@@ -334,16 +332,7 @@ func (s *Server) newMember(node rdma.NodeID) (*member, error) {
 	k := s.cfg.Credits
 	m := &member{s: s, node: node, psn: rand.Uint32() & (1<<24 - 1)}
 	var err error
-	if m.mem, err = ibv.Mmap(3 * k * MsgMax); err != nil {
-		return nil, err
-	}
-	if m.mr, err = s.dev.dev.Register(m.mem, ibv.AccessLocalWrite); err != nil {
-		_ = ibv.Munmap(m.mem)
-		return nil, err
-	}
-	if m.qp, err = s.dev.dev.CreateQP(2*k+8, k, 0); err != nil {
-		_ = m.mr.Deregister()
-		_ = ibv.Munmap(m.mem)
+	if m.qpMem, err = s.dev.newQPMem(3*k*MsgMax, 2*k+8, k); err != nil {
 		return nil, err
 	}
 	for i := 0; i < 2*k; i++ {
@@ -381,9 +370,7 @@ func (s *Server) drop(m *member) {
 	s.mu.Lock()
 	delete(s.members, m)
 	s.mu.Unlock()
-	_ = m.qp.Destroy()
-	_ = m.mr.Deregister()
-	_ = ibv.Munmap(m.mem)
+	destroyQPMem(m.qpMem)
 }
 
 func (m *member) buf(i int) []byte { return m.mem[i*MsgMax : (i+1)*MsgMax : (i+1)*MsgMax] }

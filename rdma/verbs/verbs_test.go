@@ -274,27 +274,15 @@ func TestVerbsOneSided(t *testing.T) {
 	c := join(t, mn.addr, "c")
 	word := l.EntryAddr(9)
 	const per = 200
-	var wg sync.WaitGroup
-	errs := make(chan error, 12)
-	for _, ep := range []*verbs.Endpoint{a, b, c} {
-		for g := 0; g < 4; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < per; i++ {
-					if _, err := ep.FAA(ctx, word, 1); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
+	eps := []*verbs.Endpoint{a, b, c}
+	fabrictest.Concurrently(t, 12, func(g int) error {
+		for i := 0; i < per; i++ {
+			if _, err := eps[g%3].FAA(ctx, word, 1); err != nil {
+				return err
+			}
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		return nil
+	})
 	if v, err := a.FAA(ctx, word, 0); err != nil || v != 12*per {
 		t.Fatalf("after %d one-sided FAAs the word holds %d (%v)", 12*per, v, err)
 	}
