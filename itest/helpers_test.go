@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -87,15 +88,8 @@ func repoFile(t *testing.T, rel string) []byte {
 	return b
 }
 
-// respCmd builds one RESP command.
-func respCmd(args ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.String()
-}
+// respCmd encodes a command as a client sends it.
+func respCmd(args ...string) string { return string(wire.AppendCommand(nil, args...)) }
 
 // lockCycle takes key with SET NX PX and releases it with the
 // compare-and-delete script through c, and says what went wrong if either

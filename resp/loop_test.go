@@ -16,6 +16,7 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 	"github.com/shiftlock/shiftlock-proxy/resp/scripts"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -190,14 +191,8 @@ func (c *loopClient) do(args ...string) string {
 	return b.String()
 }
 
-func respCmd(args ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b.String()
-}
+// respCmd encodes a command as a client sends it.
+func respCmd(args ...string) string { return string(wire.AppendCommand(nil, args...)) }
 
 // loopServer is a Server over an embedded (inline) memory node whose SET NX
 // waits up to a minute for a held key: tests release the holder instead.

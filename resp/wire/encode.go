@@ -46,6 +46,16 @@ func AppendNull(dst []byte, resp3 bool) []byte {
 // caller appends next.
 func AppendArray(dst []byte, n int) []byte { return appendHeader(dst, '*', int64(n)) }
 
+// AppendCommand appends a command as a client sends it: an array of bulk
+// strings. The server never sends one; tests and tools that speak to it do.
+func AppendCommand(dst []byte, args ...string) []byte {
+	dst = AppendArray(dst, len(args))
+	for _, a := range args {
+		dst = AppendBulk(dst, a)
+	}
+	return dst
+}
+
 // AppendMap appends the header of a map of n pairs: a RESP3 map, or a flat
 // array of 2n elements in RESP2, as Redis does for HELLO.
 func AppendMap(dst []byte, n int, resp3 bool) []byte {

@@ -32,6 +32,21 @@ func TestAppendReply(t *testing.T) {
 	}
 }
 
+func TestAppendCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"SET", "k", "v w", "NX"}, "*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv w\r\n$2\r\nNX\r\n"},
+		{[]string{"GET", ""}, "*2\r\n$3\r\nGET\r\n$0\r\n\r\n"},
+		{nil, "*0\r\n"},
+	} {
+		if got := string(AppendCommand([]byte("x"), c.args...)); got != "x"+c.want {
+			t.Errorf("AppendCommand(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
 // FuzzReadReply: the reader never panics or allocates what a count only
 // claims, and what the encoder writes it reads back as the same reply.
 func FuzzReadReply(f *testing.F) {

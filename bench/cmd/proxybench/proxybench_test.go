@@ -15,16 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shiftlock/shiftlock-proxy/internal/testproc"
+	"github.com/shiftlock/shiftlock-proxy/resp/wire"
 )
 
-// resp encodes a command as a RESP array of bulk strings.
-func resp(args ...string) string {
-	s := fmt.Sprintf("*%d\r\n", len(args))
-	for _, a := range args {
-		s += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
-	}
-	return s
-}
+// resp encodes a command as a client sends it.
+func resp(args ...string) string { return string(wire.AppendCommand(nil, args...)) }
 
 // TestNullServers: a ceiling is only a ceiling if the workload runs on it
 // exactly as on the proxy, replies included, and both null servers must
