@@ -273,10 +273,10 @@ func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions
 	}
 	st.deferred = true
 	done, ctx := st.done, st.base
-	offLoop.Add(1)
+	queuedInline.Add(1)
 	st.srv.waiters.run(func() {
 		fence, ok, err := q.Wait(ctx, nil)
-		offLoop.Add(-1)
+		queuedInline.Add(-1)
 		done(func(w *replyWriter) { reply(w, fence, ok, err) })
 	})
 }

@@ -126,8 +126,20 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 	for {
 		var n int
 		var err error
-		if msec < 0 && ParkWhen != nil && ParkWhen() {
-			n, err = p.park(el.events)
+		if msec < 0 && IdleWait != nil {
+			switch w := IdleWait(); {
+			case w == WaitPark:
+				n, err = p.park(el.events)
+			case w >= 0:
+				// Goroutines this loop readied are on its P's run queue; the
+				// Gosched below after an empty poll can pick the loop again
+				// (the scheduler takes the global queue first one time in 61),
+				// so yield once more before the system call keeps the P.
+				runtime.Gosched()
+				n, err = unix.EpollWait(p.fd, el.events, w)
+			default:
+				n, err = unix.EpollWait(p.fd, el.events, -1)
+			}
 		} else {
 			n, err = unix.EpollWait(p.fd, el.events, msec)
 		}
@@ -252,14 +264,22 @@ func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", unix.EpollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))
 }
 
-// ParkWhen, if set, tells an idle event loop to wait parked in the Go
-// scheduler (park) rather than blocked in epoll_wait, which is cheaper (no
-// trip through Go's netpoller for every wake-up) but keeps the loop's P.
-// The embedding application sets it once, before it starts an engine; it
-// is called on the loop's goroutine before every blocking wait and must be
-// cheap. It should return true while goroutines other than the loops do
-// work the loops' clients wait for.
-var ParkWhen func() bool
+// IdleWait, if set, chooses how an idle event loop waits for its next
+// events (shiftlock-proxy's patch; third_party/gnet/PATCHED.md). It
+// returns WaitBlock to block in epoll_wait(-1) as upstream does, WaitPark
+// to wait parked in Go's netpoller (park), or a timeout in milliseconds to
+// block in epoll_wait that long at most. A goroutine blocked in epoll_wait
+// keeps its P; parking gives the P up, at the cost of a trip through Go's
+// netpoller on every wake-up. The embedding application sets it once,
+// before it starts an engine; it is called on the loop's goroutine before
+// every blocking wait and must be cheap.
+var IdleWait func() int
+
+// The waits IdleWait chooses between, besides a timeout.
+const (
+	WaitBlock = -1
+	WaitPark  = -2
+)
 
 // park waits for events like EpollWait(p.fd, events, -1), but parked in the
 // Go scheduler rather than blocked in the system call (shiftlock-proxy's
