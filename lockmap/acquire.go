@@ -180,7 +180,7 @@ func (l *Loop) AcquireOrQueue(ctx context.Context, key, token string, opt Acquir
 	if a.settled {
 		ok, err = a.report(false, a.err)
 	} else if ok, err = a.run(ctx); err == errEnqueued {
-		return 0, false, &Queued{a}, nil // a is Queued's now
+		return 0, false, &Queued{a: a}, nil // a is Queued's now
 	} else {
 		ok, err = a.report(ok, err)
 	}
@@ -191,7 +191,56 @@ func (l *Loop) AcquireOrQueue(ctx context.Context, key, token string, opt Acquir
 
 // Queued is an acquire that an event loop queued behind a holder
 // (Loop.AcquireOrQueue).
-type Queued struct{ a *acquisition }
+type Queued struct {
+	a *acquisition
+	// admitting: TryWait was handed the lock, and admission has to wait
+	// (Wait finishes it).
+	admitting bool
+}
+
+// Notify has f called whenever a message that may end the wait arrives,
+// on the goroutine that delivers it: f must not block, and should have
+// TryWait called where the caller waits. It reports false if the acquire
+// does not wait for a message (call Wait). Notify(nil) stops it.
+func (q *Queued) Notify(f func()) bool { return q.a.enqueued.Notify(f) }
+
+// TryWait is Wait for a caller that must not block (an event loop): done
+// reports that the acquire is finished, with what AcquireKey would have
+// answered; mustWait that Wait has to finish it (something came that
+// needs a wait, such as admission while the proxy rejoins its memory
+// node). With neither, the handover has not come yet: call TryWait again
+// when Notify says so, or Wait by WakeAt at the latest.
+func (q *Queued) TryWait(ctx context.Context) (fence uint64, ok, done, mustWait bool, err error) {
+	a := q.a
+	if q.admitting {
+		return 0, false, false, true, nil
+	}
+	g, granted, must := a.enqueued.TryWait()
+	if !granted {
+		return 0, false, false, must, nil
+	}
+	w := a.fresh[0]
+	a.queued = true
+	a.got = append(a.got, a.m.newGrant(w.dom, w.di, w.entry, a.opt.Mode, g))
+	ok, err = a.admit(ctx, false)
+	if err == errWouldWait {
+		q.admitting = true
+		return 0, false, false, true, nil
+	}
+	ok, err = a.report(ok, err)
+	return a.fbuf[0], ok, true, false, err
+}
+
+// WakeAt is when a wait served by TryWait must go on with Wait if nothing
+// came: the end of the acquire's budget or the lock's next failure check,
+// whichever is sooner.
+func (q *Queued) WakeAt() time.Time {
+	t := q.a.enqueued.WakeAt()
+	if d := q.a.deadline; !d.IsZero() && d.Before(t) {
+		return d
+	}
+	return t
+}
 
 // Wait waits for the lock to be handed over, within the acquire's budget,
 // and finishes the acquire: it returns what AcquireKey would have. Call it
@@ -204,7 +253,11 @@ func (q *Queued) Wait(ctx context.Context, queue func(context.Context) (context.
 	if queue != nil {
 		q.a.opt.Queue = queue
 	}
-	ok, err = q.a.report(q.a.wait(ctx, q.a.enqueued))
+	if q.admitting {
+		ok, err = q.a.report(q.a.admit(ctx, true))
+	} else {
+		ok, err = q.a.report(q.a.wait(ctx, q.a.enqueued))
+	}
 	return q.a.fbuf[0], ok, err
 }
 

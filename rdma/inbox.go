@@ -22,6 +22,8 @@ type inboxSlot struct {
 	gen  uint32
 	open bool
 	ch   chan Message
+	// notify, if set, is told of each message queued (Notify).
+	notify func(Message)
 }
 
 const inboxDepth = 8 // a waiter receives at most a Successor and a Handover per grant
@@ -58,6 +60,7 @@ func (ib *Inbox) Close(t Target) {
 		return
 	}
 	s.open = false
+	s.notify = nil
 	for {
 		select {
 		case <-s.ch:
@@ -80,19 +83,43 @@ func (ib *Inbox) lookup(t Target) *inboxSlot {
 	return s
 }
 
+// Notify has f told of every message queued for t from now on, once it is
+// in t's queue, on the goroutine that delivered it; nil stops that. It is
+// for a receiver that does not block on the queue (an event loop): f
+// schedules it to look, and must not block itself. It reports whether t is
+// open.
+func (ib *Inbox) Notify(t Target, f func(Message)) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	s := ib.lookup(t)
+	if s == nil {
+		return false
+	}
+	s.notify = f
+	return true
+}
+
 // Deliver queues m for its target. It fails with ErrNotReady when the target
 // is not open or its queue is full, which the sender sees as a failed Send.
 func (ib *Inbox) Deliver(m Message) error {
 	ib.mu.RLock()
-	defer ib.mu.RUnlock()
 	s := ib.lookup(m.To)
 	if s == nil {
+		ib.mu.RUnlock()
 		return fmt.Errorf("%w: target %#x is not open", ErrNotReady, m.To)
 	}
 	select {
 	case s.ch <- m:
-		return nil
 	default:
+		ib.mu.RUnlock()
 		return fmt.Errorf("%w: target %#x queue full", ErrNotReady, m.To)
 	}
+	notify := s.notify
+	ib.mu.RUnlock()
+	if notify != nil {
+		// Outside the lock: f may take the receiver's own locks, which
+		// may be held around an Open or a Close.
+		notify(m)
+	}
+	return nil
 }

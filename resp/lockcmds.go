@@ -272,6 +272,9 @@ func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions
 		return
 	}
 	st.deferred = true
+	if st.loopWaits != nil && st.waitOnLoop(q, st.pend, opt.Queue, reply) {
+		return
+	}
 	done, ctx := st.done, st.base
 	queuedInline.Add(1)
 	st.srv.waiters.run(func() {

@@ -207,6 +207,7 @@ func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 		wake: wake,
 		bell: bell,
 	}
+	lc.st.loopWaits = &loopWaits{wake: wake}
 	return lc
 }
 
@@ -223,6 +224,7 @@ func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 // rather than keep a lock nobody will release for its whole TTL.
 func (s *Server) closeLoopConn(lc *loopConn) {
 	lc.st.cancel()
+	lc.st.loopWaits.close()
 	s.unregister(lc.st.conn)
 	s.clients.Add(-1)
 }
@@ -233,6 +235,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 	if lc.st.killed.Load() {
 		return true
 	}
+	lc.st.loopWaits.run()
 	if !lc.q.empty() {
 		s.flush(lc, io)
 	}
@@ -444,7 +447,7 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			st.loop, st.blocked, st.bell, st.inline = lc.loop, false, lc.bell.d, lc.bell.inline
 			st.deferTo(&lc.next, lc.wake)
 			s.run(st, c, args)
-			st.loop, st.bell, st.done, st.queueHook = nil, nil, nil, st.conn.queueHook
+			st.loop, st.bell, st.done, st.pend, st.queueHook = nil, nil, nil, nil, st.conn.queueHook
 			if lc.bell.inline {
 				lc.bell.after() // in-process: post at once, so the next command sees it
 			} else if lc.bell.d.Len() > ops {

@@ -265,7 +265,7 @@ func (f *redconFrontend) run(rc *rconn, p *cmdParser, in []byte) (int, bool) {
 			st.loop, st.blocked, st.inline = rc.loop, false, rc.inline
 			st.deferTo(&rc.next, rc.wake)
 			s.run(st, c, args)
-			st.loop, st.inline, st.done, st.queueHook = nil, false, nil, st.conn.queueHook
+			st.loop, st.inline, st.done, st.pend, st.queueHook = nil, false, nil, nil, st.conn.queueHook
 			if st.blocked {
 				st.blocked = false
 				st.w.b = st.w.b[:mark]

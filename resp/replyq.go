@@ -71,7 +71,7 @@ func (st *connState) deferTo(next **pending, wake func()) {
 	if *next == nil {
 		*next = newPending(st.conn, wake)
 	}
-	st.done, st.queueHook = (*next).done, (*next).queueHook
+	st.pend, st.done, st.queueHook = *next, (*next).done, (*next).queueHook
 }
 
 // takeDeferred, once the command st ran (c, args) has deferred its

@@ -413,6 +413,10 @@ type connState struct {
 	inline   bool
 	deferred bool
 	done     func(render func(*replyWriter))
+	pend     *pending // done's entry
+	// loopWaits, on a loop connection's own state, are the acquires its
+	// loop waits for (loopwait.go); nil elsewhere.
+	loopWaits *loopWaits
 	// queued is a script's acquire that queued behind a holder on the loop
 	// (scriptOps.Acquire): the script answered ErrWouldBlock and runs again
 	// from the start on a goroutine, whose Acquire of the same key and token

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/rdma"
 )
@@ -30,6 +31,7 @@ type Start struct {
 	try bool
 	e   Entry
 	w   *waiter // announced behind e's tail (announce)
+	t0  time.Time
 }
 
 // BeginExclusive adds the first atomic of an exclusive acquisition of entry
@@ -80,6 +82,7 @@ func (s *Start) End(postErr error) (g *Guard, wait bool, err error) {
 // the caller that must not block, before the wait moves elsewhere.
 func (s *Start) announce() {
 	if !s.e.Tail().IsZero() {
+		s.t0 = s.c.traceStart()
 		s.w = s.c.announce(context.Background(), s.g, s.e)
 	}
 }
@@ -139,6 +142,89 @@ func (s *Start) Wait(ctx context.Context, h Hooks) (*Guard, error) {
 		return s.c.AcquireExclusiveHooked(ctx, s.g.entry, s.g.tag, h)
 	}
 	return g, err
+}
+
+// Notify has f called, on the goroutine that delivers it, whenever a
+// message that may end the wait reaches the start's slot (not a Successor,
+// which only tells the holder-to-be who follows it). It is for a caller
+// that waits without blocking (TryWait): f schedules the next TryWait and
+// must not block. Messages that came before Notify are not told of: call
+// TryWait after it. Notify(nil) stops it. It reports false if the start
+// does not wait for a message (TryWait is then of no use: call Wait).
+func (s *Start) Notify(f func()) bool {
+	if s.w == nil {
+		return false
+	}
+	if f == nil {
+		return s.c.inbox.Notify(s.g.self.Target, nil)
+	}
+	return s.c.inbox.Notify(s.g.self.Target, func(rm rdma.Message) {
+		if len(rm.Payload) == 0 || rm.Payload[0] != msgSuccessor {
+			f()
+		}
+	})
+}
+
+// TryWait is Wait for a caller that must not block, such as the event loop
+// of a waiter's client: it takes the messages that have reached the
+// start's slot and reports granted once the predecessor's Handover is
+// among them and the grant needs nothing that blocks. Otherwise it leaves
+// the wait as it found it, and mustWait says that Wait has to finish it
+// (a mode change, an owner answer, a recovery probe since the wait began;
+// Wait takes the message TryWait took). With neither, nothing decisive has
+// come yet: call it again when Notify says so, or call Wait. A Start that
+// TryWait granted is done; one it did not may still go on with Wait.
+//
+// The grant is the blocking path's, step for step (awaitTurn, waitHandover,
+// takeHandover, enter), minus the wait budget and the failure checks,
+// which are the caller's to schedule: they are Wait's.
+func (s *Start) TryWait() (g *Guard, granted, mustWait bool) {
+	c, w := s.c, s.w
+	g = s.g
+	if w == nil || w.stash != nil {
+		return nil, false, true
+	}
+	for {
+		var rm rdma.Message
+		select {
+		case rm = <-g.ch:
+		default:
+			return nil, false, false
+		}
+		m, ok := g.accept(rm)
+		if !ok || m.Kind == msgSuccessor {
+			continue
+		}
+		if m.Kind != msgHandover {
+			w.stash = &m
+			return nil, false, true
+		}
+		if ok, _, _ := c.holds.promote(g.entry, w.mark); !ok {
+			// A recovery probe came since the wait began: enter re-reads
+			// the entry, which blocks. Wait takes the handover again.
+			w.stash = &m
+			return nil, false, true
+		}
+		// What enter checks held, and a Handover's takeHandover never
+		// blocks or fails.
+		_ = c.takeHandover(context.Background(), g, w, m)
+		g.waited = true
+		c.stats.Waits.Add(1)
+		c.traced(PhaseWriterWP, s.t0)
+		w.stop()
+		c.inbox.Notify(g.self.Target, nil)
+		c.granted(g)
+		return g, true, false
+	}
+}
+
+// WakeAt is when a wait that TryWait serves must go on with Wait at the
+// latest, if nothing came: the waiter's next failure check.
+func (s *Start) WakeAt() time.Time {
+	if s.w == nil {
+		return time.Now()
+	}
+	return s.w.nextCheck
 }
 
 // BeginRelease adds g's release atomic to b, if it needs one, and returns

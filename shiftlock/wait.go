@@ -33,6 +33,9 @@ type waiter struct {
 	stale     time.Duration // current patience before asking for recovery
 	refusals  int
 	timer     *time.Timer
+	// stash is a message that Start.TryWait took off the slot and left for
+	// the blocking wait (await returns it first), accepted already.
+	stash *message
 }
 
 func (c *Client) newWaiter(entry, base uint64, blocker rdma.NodeID) *waiter {
@@ -119,6 +122,10 @@ func (w *waiter) poll(ctx context.Context, cond func(Entry) bool) (Entry, error)
 // await waits for a Handover or ModeChanged on g's slot, stashing a
 // Successor that arrives first, and runs failure checks meanwhile.
 func (w *waiter) await(ctx context.Context, g *Guard) (message, error) {
+	if m := w.stash; m != nil {
+		w.stash = nil
+		return *m, nil
+	}
 	for {
 		d := time.Until(w.nextCheck)
 		if w.timer == nil {
