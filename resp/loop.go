@@ -464,6 +464,9 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			} else if st.deferred {
 				lc.q.push(st.takeDeferred(&lc.next, c, args), &st.w)
 			}
+			// A release among its effects may have handed a lock to an
+			// acquire of this connection: the commands behind see it held.
+			st.loopWaits.run()
 		}
 		s.onCommand(name)
 		if c != nil && c.name == "quit" {

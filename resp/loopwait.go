@@ -127,6 +127,10 @@ func (lw *loopWaits) push(iw *inlineWait) {
 // run steps the waits told of a message. On the loop.
 func (lw *loopWaits) run() {
 	lw.mu.Lock()
+	if len(lw.ready) == 0 {
+		lw.mu.Unlock()
+		return
+	}
 	rs := lw.ready
 	lw.ready = lw.spare[:0]
 	lw.mu.Unlock()
@@ -175,6 +179,7 @@ func (iw *inlineWait) step() {
 		fence, ok, done, must, err := iw.q.TryWait(iw.ctx)
 		switch {
 		case done:
+			iw.srv.loopGrants.Add(1)
 			iw.end()
 			iw.p.complete(func(w *replyWriter) { iw.reply(w, fence, ok, err) })
 			return
@@ -195,6 +200,7 @@ func (iw *inlineWait) step() {
 // slow hands a claimed wait to a goroutine: Queued.Wait, as an acquire on
 // a redcon connection waits.
 func (iw *inlineWait) slow() {
+	iw.srv.loopWaitsOff.Add(1)
 	iw.q.Notify(nil)
 	iw.srv.waiters.run(func() {
 		fence, ok, err := iw.q.Wait(iw.ctx, queuedAlready)

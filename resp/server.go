@@ -200,6 +200,9 @@ type Server struct {
 	// policy lets only retries wait: lockmap.WaitPolicy.BudgetFor).
 	retries   lockmap.Retries
 	offloaded atomic.Int64 // commands run on a goroutine of their own so far
+	// loopGrants and loopWaitsOff count the acquires waited for on an
+	// event loop (loopwait.go): answered there, or handed to a goroutine.
+	loopGrants, loopWaitsOff atomic.Int64
 	waiters   waiters      // the goroutines they run on
 	started   time.Time
 
