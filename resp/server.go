@@ -203,8 +203,8 @@ type Server struct {
 	// loopGrants and loopWaitsOff count the acquires waited for on an
 	// event loop (loopwait.go): answered there, or handed to a goroutine.
 	loopGrants, loopWaitsOff atomic.Int64
-	waiters   waiters      // the goroutines they run on
-	started   time.Time
+	waiters                  waiters // the goroutines they run on
+	started                  time.Time
 
 	scriptsMu sync.RWMutex
 	loaded    map[string]*scripts.Script // SHA1 of bodies seen by SCRIPT LOAD or EVAL
