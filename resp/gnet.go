@@ -235,6 +235,7 @@ func (f *gnetFrontend) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close // not from acceptLoop: gnet's own unused socket
 	}
 	lc := f.s.makeLoopConn(func() { f.wake(c) }, f.bell(c))
+	lc.io = c
 	c.SetContext(lc)
 	f.s.register(lc.st.conn, addrString(c.RemoteAddr()), addrString(c.LocalAddr()), func() { f.kill(c) })
 	return nil, gnet.None
@@ -252,7 +253,16 @@ func (f *gnetFrontend) OnClose(c gnet.Conn, err error) gnet.Action {
 
 func (f *gnetFrontend) OnTraffic(c gnet.Conn) gnet.Action {
 	lc, ok := c.Context().(*loopConn)
-	if !ok || f.s.onTraffic(lc, c) {
+	if !ok {
+		return gnet.Close
+	}
+	b := lc.bell
+	b.busy.Store(true)
+	closing := f.s.onTraffic(lc, c)
+	f.s.serveWoken(b, nil)
+	b.busy.Store(false)
+	f.s.serveWoken(b, nil) // woken since the last look, by wakeConn's that saw busy set
+	if closing {
 		return gnet.Close
 	}
 	return gnet.None

@@ -3,6 +3,7 @@ package resp
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,12 @@ type loopConn struct {
 	p    cmdParser
 	wake func() // has the loop call onTraffic again (gnet: Conn.Wake)
 	bell *loopBell
+	// io is the connection as the loop writes to it, for serveWoken; nil
+	// until the front end sets it. gone: closed (closeLoopConn). woken:
+	// in bell.woken (guarded by bell.wmu).
+	io    loopIO
+	gone  bool
+	woken bool
 
 	// q holds the commands still running and the replies behind them; it
 	// is the loop's alone. Commands that finish set their entry's fin and
@@ -128,6 +135,76 @@ type loopBell struct {
 	// handled (gnet: EventLoop.Execute). Any goroutine may call it.
 	schedule func(f func())
 	counted  bool // a batch in flight is counted in offLoop
+
+	// woken are the loop's connections that an acquire's grant woke
+	// (wakeConn). While the loop runs a callback (busy), they are served
+	// by the loop before it goes on, without Conn.Wake: no eventfd write,
+	// no extra trip through epoll, and a grant that a release on this
+	// loop made goes out before the release's own reply.
+	wmu    sync.Mutex
+	woken  []*loopConn
+	spareW []*loopConn
+	busy   atomic.Bool
+}
+
+// wakeConn has lc's loop answer what a grant completed. Any goroutine.
+func (b *loopBell) wakeConn(lc *loopConn) {
+	b.wmu.Lock()
+	if !lc.woken {
+		lc.woken = true
+		b.woken = append(b.woken, lc)
+	}
+	b.wmu.Unlock()
+	// The loop clears busy before it looks at woken a last time: either
+	// it sees lc there, or this sees busy clear and wakes the connection.
+	if !b.busy.Load() {
+		lc.wake()
+	}
+}
+
+// serveWoken answers, on the loop, what grants completed for the
+// connections in b.woken. skip, the connection whose batch is running, is
+// answered by its own pass. A connection with input to run, or anything
+// else to do than write, is woken the usual way.
+func (s *Server) serveWoken(b *loopBell, skip *loopConn) {
+	b.wmu.Lock()
+	if len(b.woken) == 0 {
+		b.wmu.Unlock()
+		return
+	}
+	ws := b.woken
+	b.woken = b.spareW[:0]
+	for _, lc := range ws {
+		lc.woken = false
+	}
+	b.wmu.Unlock()
+	kept := false
+	for i, lc := range ws {
+		ws[i] = nil
+		switch {
+		case lc.gone:
+		case lc == skip:
+			kept = true // for the loop's look after the callback
+		case lc.io == nil || lc.closing || lc.paused.Load() || lc.st.killed.Load():
+			lc.wake()
+		default:
+			if in, _ := lc.io.Peek(-1); len(in) > 0 {
+				lc.wake()
+				continue
+			}
+			lc.st.loopWaits.run()
+			if !lc.q.empty() {
+				s.flush(lc, lc.io)
+			}
+		}
+	}
+	b.wmu.Lock()
+	b.spareW = ws[:0]
+	if kept && !skip.woken {
+		skip.woken = true
+		b.woken = append(b.woken, skip)
+	}
+	b.wmu.Unlock()
 }
 
 func (s *Server) newLoopBell(schedule func(func())) *loopBell {
@@ -207,7 +284,7 @@ func (s *Server) makeLoopConn(wake func(), bell *loopBell) *loopConn {
 		wake: wake,
 		bell: bell,
 	}
-	lc.st.loopWaits = &loopWaits{wake: wake}
+	lc.st.loopWaits = &loopWaits{wake: func() { bell.wakeConn(lc) }}
 	return lc
 }
 
@@ -223,6 +300,7 @@ func (s *Server) newLoopConn(wake func(), bell *loopBell) *loopConn {
 // lock table completes and releases the acquisition in the background
 // rather than keep a lock nobody will release for its whole TTL.
 func (s *Server) closeLoopConn(lc *loopConn) {
+	lc.gone = true
 	lc.st.cancel()
 	lc.st.loopWaits.close()
 	s.unregister(lc.st.conn)
@@ -466,7 +544,10 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 			}
 			// A release among its effects may have handed a lock to an
 			// acquire of this connection: the commands behind see it held.
+			// One of another connection of the loop is answered now,
+			// ahead of this batch's replies.
 			st.loopWaits.run()
+			s.serveWoken(lc.bell, lc)
 		}
 		s.onCommand(name)
 		if c != nil && c.name == "quit" {

@@ -128,6 +128,7 @@ func newLoopClient(t testing.TB, s *Server) *loopClient {
 		default: // one pending wake-up is enough: settle looks again
 		}
 	}, bell)
+	c.lc.io = &c.f
 	t.Cleanup(c.hangUp)
 	return c
 }
