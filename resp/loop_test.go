@@ -29,6 +29,8 @@ type fakeConn struct {
 	// the writes count as waiting for the socket.
 	slow   bool
 	unread int
+	// onWrite, if set, is called at each write.
+	onWrite func()
 }
 
 func (f *fakeConn) Peek(n int) ([]byte, error) {
@@ -48,6 +50,9 @@ func (f *fakeConn) Discard(n int) (int, error) {
 
 func (f *fakeConn) Write(p []byte) (int, error) {
 	f.writes = append(f.writes, append([]byte(nil), p...))
+	if f.onWrite != nil {
+		f.onWrite()
+	}
 	if f.slow {
 		f.unread += len(p)
 	}
@@ -120,8 +125,14 @@ type loopClient struct {
 }
 
 func newLoopClient(t testing.TB, s *Server) *loopClient {
-	c := &loopClient{t: t, s: s, woke: make(chan struct{}, 1), tasks: newLoopTasks()}
-	bell := s.newLoopBell(c.tasks.add)
+	tasks := newLoopTasks()
+	return newLoopClientOn(t, s, s.newLoopBell(tasks.add), tasks)
+}
+
+// newLoopClientOn is newLoopClient for a connection of the loop whose
+// doorbell and task queue are given: connections of one loop.
+func newLoopClientOn(t testing.TB, s *Server, bell *loopBell, tasks *loopTasks) *loopClient {
+	c := &loopClient{t: t, s: s, woke: make(chan struct{}, 1), tasks: tasks}
 	c.lc = s.newLoopConn(func() {
 		select {
 		case c.woke <- struct{}{}:

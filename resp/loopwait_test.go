@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,56 @@ func TestLoopWaitBudgetEnds(t *testing.T) {
 			t.Fatal("the abandoned wait kept the lock")
 		}
 	}
+}
+
+// TestLoopAnswersAGrantItMade: a release that hands the lock to a waiter
+// on the same loop, while the loop runs the releasing connection's
+// callback, has the grant written by that callback, ahead of the release's
+// own reply, and wakes nobody (no Conn.Wake). Once the callback is over, a
+// grant made elsewhere wakes the connection as before.
+func TestLoopAnswersAGrantItMade(t *testing.T) {
+	s := loopServer(t, nil)
+	tasks := newLoopTasks()
+	bell := s.newLoopBell(tasks.add)
+	holder, waiter := newLoopClientOn(t, s, bell, tasks), newLoopClientOn(t, s, bell, tasks)
+	holder.do("SET", "k", "holder", "PX", "60000", "NX")
+	waiter.send(respCmd("SET", "k", "waiter", "PX", "60000", "NX"))
+	awaitBlocked(t, s, 1)
+	// What the gnet front end does around a callback (OnTraffic).
+	bell.busy.Store(true)
+	n := len(holder.f.writes)
+	var order []string
+	holder.f.onWrite = func() { order = append(order, "release reply") }
+	waiter.f.onWrite = func() { order = append(order, "grant") }
+	holder.send(respCmd("EVAL", casDeleteBody, "1", "k", "holder"))
+	s.serveWoken(bell, nil)
+	bell.busy.Store(false)
+	s.serveWoken(bell, nil)
+	if got := string(holder.f.writes[n]); got != ":1\r\n" {
+		t.Fatalf("release: %q", got)
+	}
+	if got := waiter.f.out(); got != "+OK\r\n" {
+		t.Fatalf("waiter after the holder's callback: %q", got)
+	}
+	if strings.Join(order, ", ") != "grant, release reply" {
+		t.Fatalf("writes in the order %v, want the grant first", order)
+	}
+	select {
+	case <-waiter.woke:
+		t.Fatal("the grant woke its connection, which its loop had answered")
+	default:
+	}
+	// Outside a callback the grant wakes its connection.
+	waiter.send(respCmd("SET", "k", "second", "PX", "60000", "NX"))
+	awaitBlocked(t, s, 1)
+	waiter2 := newLoopClientOn(t, s, bell, tasks)
+	if r := waiter2.do("DEL", "k"); r != ":1\r\n" {
+		t.Fatalf("DEL: %q", r)
+	}
+	select {
+	case <-waiter.woke:
+	default:
+		t.Fatal("a grant outside a callback did not wake its connection")
+	}
+	waiter.settle()
 }
