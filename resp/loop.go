@@ -144,6 +144,7 @@ type loopBell struct {
 	wmu    sync.Mutex
 	woken  []*loopConn
 	spareW []*loopConn
+	anyW   atomic.Bool // woken is not empty: set and cleared under wmu
 	busy   atomic.Bool
 }
 
@@ -153,6 +154,7 @@ func (b *loopBell) wakeConn(lc *loopConn) {
 	if !lc.woken {
 		lc.woken = true
 		b.woken = append(b.woken, lc)
+		b.anyW.Store(true)
 	}
 	b.wmu.Unlock()
 	// The loop clears busy before it looks at woken a last time: either
@@ -167,13 +169,13 @@ func (b *loopBell) wakeConn(lc *loopConn) {
 // answered by its own pass. A connection with input to run, or anything
 // else to do than write, is woken the usual way.
 func (s *Server) serveWoken(b *loopBell, skip *loopConn) {
-	b.wmu.Lock()
-	if len(b.woken) == 0 {
-		b.wmu.Unlock()
+	if !b.anyW.Load() {
 		return
 	}
+	b.wmu.Lock()
 	ws := b.woken
 	b.woken = b.spareW[:0]
+	b.anyW.Store(false)
 	for _, lc := range ws {
 		lc.woken = false
 	}
@@ -203,6 +205,7 @@ func (s *Server) serveWoken(b *loopBell, skip *loopConn) {
 	if kept && !skip.woken {
 		skip.woken = true
 		b.woken = append(b.woken, skip)
+		b.anyW.Store(true)
 	}
 	b.wmu.Unlock()
 }

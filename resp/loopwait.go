@@ -29,6 +29,7 @@ type loopWaits struct {
 	wake func() // has the loop call onTraffic for the connection
 
 	mu     sync.Mutex
+	any    atomic.Bool   // ready is not empty: set and cleared under mu
 	ready  []*inlineWait // told of a message: to step on the loop
 	spare  []*inlineWait
 	live   map[*inlineWait]struct{}
@@ -120,19 +121,20 @@ func (lw *loopWaits) push(iw *inlineWait) {
 		return
 	}
 	lw.ready = append(lw.ready, iw)
+	lw.any.Store(true)
 	lw.mu.Unlock()
 	lw.wake()
 }
 
 // run steps the waits told of a message. On the loop.
 func (lw *loopWaits) run() {
-	lw.mu.Lock()
-	if len(lw.ready) == 0 {
-		lw.mu.Unlock()
+	if !lw.any.Load() {
 		return
 	}
+	lw.mu.Lock()
 	rs := lw.ready
 	lw.ready = lw.spare[:0]
+	lw.any.Store(false)
 	lw.mu.Unlock()
 	for i, iw := range rs {
 		iw.step()
@@ -151,6 +153,7 @@ func (lw *loopWaits) close() {
 	lw.closed = true
 	rs := lw.ready
 	lw.ready = nil
+	lw.any.Store(false)
 	all := make([]*inlineWait, 0, len(lw.live))
 	for iw := range lw.live {
 		all = append(all, iw)
