@@ -65,12 +65,17 @@ func main() {
 	var variants variantList
 	flag.Var(&variants, "variant", "'name=[@binary] extra proxy flags': one more proxy target with these flags, from another binary if given (repeatable)")
 	hotOnly := flag.Bool("hot-only", false, "run only the hot-key workload and print its runs (no report)")
+	distinctOnly := flag.Bool("distinct-only", false, "run only the distinct-keys workload, null servers included, and print its runs (no report)")
 	hold0 := flag.Bool("hold0", true, "also run the hot-key workload with hold 0 (the handover chain alone)")
 	nodeDir := flag.String("node-dir", "itest/node", "clients.js and the pinned npm packages of the multiplexed-connection workload (empty: skip it)")
 	nullLoops := flag.Int("null-loops", 1, "event loops of the gnet null server")
 	nullAddr := flag.String("serve-null", "", "serve as a null server on this address (used by proxybench itself)")
 	nullKind := flag.String("null-kind", "redcon", "with -serve-null: redcon or gnet")
 	flag.Parse()
+	if *hotOnly && *distinctOnly {
+		fail(fmt.Errorf("-hot-only and -distinct-only exclude each other"))
+	}
+	only := *hotOnly || *distinctOnly
 	if *nullAddr != "" {
 		fail(serveNull(*nullKind, *nullAddr, *nullLoops))
 	}
@@ -106,7 +111,7 @@ func main() {
 	var modules, noMux string
 	if *nodeDir == "" {
 		noMux = "-node-dir is empty"
-	} else if !*hotOnly {
+	} else if !only {
 		var err error
 		if modules, err = nodeModules(*nodeDir); err != nil {
 			noMux = err.Error()
@@ -124,6 +129,10 @@ func main() {
 				}
 				fmt.Printf("run %d %s: %.0f acq/s, p50 %v p99 %v max %v, per client %d..%d, failures %d, unlock-to-next-lock p50 %v, CPU per acquisition %v server + %v proxybench\n",
 					r+1, t.name, h.rate, h.p50, h.p99, h.max, h.perClient[0], h.perClient[len(h.perClient)-1], h.failures, h.gap, h.cpu.server, h.cpu.gen)
+				continue
+			}
+			if *distinctOnly {
+				printDistinct(ctx, r, t, *clients, *tput)
 				continue
 			}
 			fmt.Fprintf(os.Stderr, "run %d/%d %s: latency...", r+1, *runs, t.name)
@@ -166,6 +175,10 @@ func main() {
 			fmt.Fprintln(os.Stderr)
 		}
 		for _, t := range nulls {
+			if *distinctOnly {
+				printDistinct(ctx, r, t, *clients, *tput)
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "run %d/%d %s: throughput...", r+1, *runs, t.name)
 			th, err := throughput(ctx, t.proc, *clients, *tput)
 			if err != nil {
@@ -175,7 +188,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, " %.0f/s\n", th.rate)
 		}
 	}
-	if *hotOnly {
+	if only {
 		return
 	}
 	busy := -1.0
@@ -190,6 +203,18 @@ func main() {
 			fail(err)
 		}
 	}
+}
+
+// printDistinct runs the distinct-keys workload once on t and prints it
+// (-distinct-only): the quick A/B of the uncontended path, whose server
+// process can be watched meanwhile (perf stat -p, /proc).
+func printDistinct(ctx context.Context, r int, t *target, clients int, d time.Duration) {
+	th, err := throughput(ctx, t.proc, clients, d)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("run %d %s (pid %d): %.0f cycles/s, CPU per cycle %v server + %v proxybench\n",
+		r+1, t.name, t.proc.cmd.Process.Pid, th.rate, th.cpu.server, th.cpu.gen)
 }
 
 // variant is a proxy target started with extra flags, and from another
