@@ -1,7 +1,9 @@
 package resp
 
 import (
+	"bytes"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,4 +145,68 @@ func TestLoopAnswersAGrantItMade(t *testing.T) {
 		t.Fatal("a grant outside a callback did not wake its connection")
 	}
 	waiter.settle()
+}
+
+// redlockAcquireSHA is node-redlock v4.1-v4.2's acquire script, which the
+// proxy knows by its SHA (EVALSHA needs no SCRIPT LOAD).
+const redlockAcquireSHA = "e5a322e2634ef59a516e8ea150cb085afafee684"
+
+// TestLoopScriptWaitBudgetEnds: a lock script's acquire that queued on the
+// loop ends with its budget (the script answers 0), and leaves nothing
+// queued.
+func TestLoopScriptWaitBudgetEnds(t *testing.T) {
+	s := loopServer(t, func(c *Config) {
+		c.Wait = lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: 50 * time.Millisecond}}}
+	})
+	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
+	holder.do("SET", "k", "holder", "PX", "60000", "NX")
+	start := time.Now()
+	if r := waiter.do("EVALSHA", redlockAcquireSHA, "1", "k", "waiter", "60000"); r != ":0\r\n" {
+		t.Fatalf("acquire script past its budget: %q", r)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Fatalf("answered after %v, before the budget's end", d)
+	}
+	awaitBlocked(t, s, 0)
+	if r := holder.do("EVAL", casDeleteBody, "1", "k", "holder"); r != ":1\r\n" {
+		t.Fatalf("release: %q", r)
+	}
+	if r := waiter.do("EVALSHA", redlockAcquireSHA, "1", "k", "waiter", "60000"); r != ":1\r\n" {
+		t.Fatalf("acquire script on the free key: %q", r)
+	}
+}
+
+// TestWaitingCommandCountedOnce: a command that waits (here a lock
+// script, whose wait ends on a goroutine) counts once in OnCommand, as
+// every other command does: proxy_commands_total counted it at dispatch
+// and again when it finished.
+func TestWaitingCommandCountedOnce(t *testing.T) {
+	var mu sync.Mutex
+	counts := map[string]int{}
+	s := loopServer(t, func(c *Config) {
+		c.Wait = lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: 50 * time.Millisecond}}}
+		c.OnCommand = func(name string) {
+			mu.Lock()
+			counts[name]++
+			mu.Unlock()
+		}
+	})
+	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
+	holder.do("SET", "k", "holder", "PX", "60000", "NX")
+	if r := waiter.do("EVALSHA", redlockAcquireSHA, "1", "k", "waiter", "60000"); r != ":0\r\n" {
+		t.Fatalf("acquire script past its budget: %q", r)
+	}
+	n := len(waiter.f.writes)
+	waiter.send(respCmd("EVALSHA", redlockAcquireSHA, "1", "k", "waiter", "60000"))
+	awaitBlocked(t, s, 1)
+	holder.do("EVAL", casDeleteBody, "1", "k", "holder")
+	waiter.settle()
+	if got := string(bytes.Join(waiter.f.writes[n:], nil)); got != ":1\r\n" {
+		t.Fatalf("handed over: %q", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if counts["evalsha"] != 2 {
+		t.Fatalf("OnCommand counted evalsha %d times for 2 commands (%v)", counts["evalsha"], counts)
+	}
 }

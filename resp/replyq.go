@@ -254,9 +254,8 @@ func (s *Server) goWait(p *pending, c *command, args [][]byte, wake func()) {
 	s.offloaded.Add(1)
 	offLoop.Add(1)
 	s.waiters.run(func() {
-		s.run(p.x, c, args)
+		s.run(p.x, c, args) // counted (onCommand) when it was read
 		p.x.queued.drop(p.x)
-		s.onCommand(c.name)
 		p.fin.Store(true)
 		offLoop.Add(-1)
 		wake()
