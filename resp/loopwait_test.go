@@ -61,15 +61,26 @@ func TestLoopHandsOverToItsOwnConnection(t *testing.T) {
 	}
 }
 
+// heldWithBudget is a loop server whose acquires wait 50 ms at most, and
+// two of its clients: holder, which holds k, and waiter. configure, if
+// set, adds to the server's configuration.
+func heldWithBudget(t *testing.T, configure func(*Config)) (s *Server, holder, waiter *loopClient) {
+	s = loopServer(t, func(c *Config) {
+		c.Wait = lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: 50 * time.Millisecond}}}
+		if configure != nil {
+			configure(c)
+		}
+	})
+	holder, waiter = newLoopClient(t, s), newLoopClient(t, s)
+	holder.do("SET", "k", "holder", "PX", "60000", "NX")
+	return s, holder, waiter
+}
+
 // TestLoopWaitBudgetEnds: a wait the loop serves still ends with its
 // budget: not acquired, nothing left queued, and the lock free once its
 // holder lets go.
 func TestLoopWaitBudgetEnds(t *testing.T) {
-	s := loopServer(t, func(c *Config) {
-		c.Wait = lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: 50 * time.Millisecond}}}
-	})
-	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
-	holder.do("SET", "k", "holder", "PX", "60000", "NX")
+	s, holder, waiter := heldWithBudget(t, nil)
 	start := time.Now()
 	if r := waiter.do("SET", "k", "waiter", "PX", "60000", "NX"); r != "$-1\r\n" {
 		t.Fatalf("SET past its budget: %q", r)
@@ -155,11 +166,7 @@ const redlockAcquireSHA = "e5a322e2634ef59a516e8ea150cb085afafee684"
 // loop ends with its budget (the script answers 0), and leaves nothing
 // queued.
 func TestLoopScriptWaitBudgetEnds(t *testing.T) {
-	s := loopServer(t, func(c *Config) {
-		c.Wait = lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: 50 * time.Millisecond}}}
-	})
-	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
-	holder.do("SET", "k", "holder", "PX", "60000", "NX")
+	s, holder, waiter := heldWithBudget(t, nil)
 	start := time.Now()
 	if r := waiter.do("EVALSHA", redlockAcquireSHA, "1", "k", "waiter", "60000"); r != ":0\r\n" {
 		t.Fatalf("acquire script past its budget: %q", r)
@@ -183,16 +190,13 @@ func TestLoopScriptWaitBudgetEnds(t *testing.T) {
 func TestWaitingCommandCountedOnce(t *testing.T) {
 	var mu sync.Mutex
 	counts := map[string]int{}
-	s := loopServer(t, func(c *Config) {
-		c.Wait = lockmap.WaitPolicy{Rules: []lockmap.WaitRule{{Pattern: "*", Wait: 50 * time.Millisecond}}}
+	s, holder, waiter := heldWithBudget(t, func(c *Config) {
 		c.OnCommand = func(name string) {
 			mu.Lock()
 			counts[name]++
 			mu.Unlock()
 		}
 	})
-	holder, waiter := newLoopClient(t, s), newLoopClient(t, s)
-	holder.do("SET", "k", "holder", "PX", "60000", "NX")
 	if r := waiter.do("EVALSHA", redlockAcquireSHA, "1", "k", "waiter", "60000"); r != ":0\r\n" {
 		t.Fatalf("acquire script past its budget: %q", r)
 	}
