@@ -227,14 +227,8 @@ func keyToken(key, token []byte) (string, string) {
 // on a goroutine).
 func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answer func(w *replyWriter, fence uint64, ok bool, err error)) {
 	m := st.srv.cfg.Map
-	reply := func(w *replyWriter, fence uint64, ok bool, err error) {
-		if !ok && err == nil {
-			st.srv.retries.Refused(key, token) // its next try is a retry
-		}
-		answer(w, fence, ok, err)
-	}
 	if st.inline && opt.Mode == shiftlock.Exclusive {
-		st.acquireInline(key, token, opt, reply)
+		st.acquireInline(key, token, opt, answer)
 		return
 	}
 	if st.bell != nil && opt.Mode == shiftlock.Exclusive {
@@ -243,7 +237,7 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 		offLoop.Add(1)
 		m.AcquireAsync(st.bell, st.base, key, token, opt, func(fence uint64, ok bool, err error) {
 			offLoop.Add(-1)
-			done(func(w *replyWriter) { reply(w, fence, ok, err) })
+			done(func(w *replyWriter) { st.acquired(w, key, token, answer, fence, ok, err) })
 		})
 		return
 	}
@@ -252,7 +246,16 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 		st.lockErr(err)
 		return
 	}
-	reply(&st.w, fence, ok, err)
+	st.acquired(&st.w, key, token, answer, fence, ok, err)
+}
+
+// acquired has answer reply to an acquire of key for token. A refusal makes
+// the token's next try a retry (Retries), which the wait policy reads.
+func (st *connState) acquired(w *replyWriter, key, token string, answer func(*replyWriter, uint64, bool, error), fence uint64, ok bool, err error) {
+	if !ok && err == nil {
+		st.srv.retries.Refused(key, token)
+	}
+	answer(w, fence, ok, err)
 }
 
 // acquireInline is acquire on the loop over in-process memory nodes
@@ -261,15 +264,20 @@ func (st *connState) acquire(key, token string, opt lockmap.AcquireOptions, answ
 // that queued behind a holder has its atomic in the queue already: it
 // waits for the handover on a goroutine, and its reply is deferred. It is
 // not run again; a held key costs the one atomic that enqueues.
-func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions, reply func(*replyWriter, uint64, bool, error)) {
+func (st *connState) acquireInline(key, token string, opt lockmap.AcquireOptions, answer func(*replyWriter, uint64, bool, error)) {
 	fence, ok, q, err := st.loop.AcquireOrQueue(st.base, key, token, opt)
 	if q == nil {
 		if errors.Is(err, lockmap.ErrWouldBlock) {
 			st.lockErr(err)
 			return
 		}
-		reply(&st.w, fence, ok, err)
+		st.acquired(&st.w, key, token, answer, fence, ok, err)
 		return
+	}
+	// Only a queued acquire needs the reply as a closure; building it up
+	// front cost every acquire an allocation.
+	reply := func(w *replyWriter, fence uint64, ok bool, err error) {
+		st.acquired(w, key, token, answer, fence, ok, err)
 	}
 	st.deferred = true
 	if st.loopWaits != nil && st.waitOnLoop(q, st.pend, opt.Queue, reply) {

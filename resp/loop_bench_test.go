@@ -82,3 +82,30 @@ func BenchmarkLoopPipeline(b *testing.B) {
 	in := respCmd("PING") + respCmd("echo", "hello") + respCmd("SELECT", "0") + respCmd("ping", "x")
 	benchLoop(b, s, []string{in}, []string{"+PONG\r\n$5\r\nhello\r\n+OK\r\n$1\r\nx\r\n"})
 }
+
+// TestLoopSetReleaseAllocs keeps the distinct-keys cycle's allocations to
+// what it must keep or hand on: the grant, its slot in the owner table, the
+// hold, the key and token the hold keeps, and the script's key list. A
+// reply closure built for every acquire, needed only by one that queues,
+// cost a sixth (before 2026-11-28).
+func TestLoopSetReleaseAllocs(t *testing.T) {
+	s := loopServer(t, nil)
+	c := newLoopClient(t, s)
+	sha := scripts.SHA1Hex(casDeleteBody)
+	if r := c.do("SCRIPT", "LOAD", casDeleteBody); r != "$40\r\n"+sha+"\r\n" {
+		t.Fatalf("SCRIPT LOAD: %q", r)
+	}
+	lc := s.newLoopConn(func() { t.Fatal("a command went to a goroutine") }, s.newLoopBell(func(f func()) { f() }))
+	defer s.closeLoopConn(lc)
+	in := []byte(respCmd("set", "k", "tok", "px", "10000", "nx") + respCmd("evalsha", sha, "1", "k", "tok"))
+	var sc sinkConn
+	allocs := testing.AllocsPerRun(1000, func() {
+		sc.in = in
+		if s.onTraffic(lc, &sc) || lc.busy() || string(sc.last) != "+OK\r\n:1\r\n" {
+			t.Fatalf("closed, waiting or replied %q", sc.last)
+		}
+	})
+	if allocs > 5 {
+		t.Errorf("one SET NX PX and compare-and-delete cycle allocates %v times, want at most 5", allocs)
+	}
+}
