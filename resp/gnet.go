@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -97,12 +98,26 @@ func (f *gnetFrontend) listen(addr string) (net.Addr, error) {
 		gnet.WithLogger(glog),
 		gnet.WithTicker(true), // OnTick says when the loops are up
 	}
+	// acceptLoop waits for ln in Go's netpoller. An idle loop blocked in
+	// epoll_wait keeps its P, and with one P per loop a new connection would
+	// wait for sysmon to take the P back (10-20 ms) before anything accepts
+	// it. The loops watch ln too, and park once when it becomes readable.
+	// They watch a duplicate, closed only once the engine has stopped: ln's
+	// own descriptor is closed first (close), and gnet could then give its
+	// number to a connection still being enrolled.
+	parkFD := dupFD(ln)
+	if parkFD >= 0 {
+		opts = append(opts, gnet.WithParkOnReadable(parkFD))
+	}
 	go func() {
 		err := gnet.Run(f, "unix://"+filepath.Join(dir, "unused.sock"), opts...)
 		// A failure to bind ends Run before OnBoot.
 		select {
 		case f.booted <- fmt.Errorf("resp: starting gnet: %w", errOrShutdown(err)):
 		default:
+		}
+		if parkFD >= 0 {
+			_ = syscall.Close(parkFD)
 		}
 		f.s.stopped(err)
 		close(f.exited)
@@ -119,6 +134,27 @@ func (f *gnetFrontend) listen(addr string) (net.Addr, error) {
 		f.s.acceptLoop(ln, f.admit)
 	}()
 	return ln.Addr(), nil
+}
+
+// dupFD duplicates ln's descriptor (close-on-exec), or returns -1.
+func dupFD(ln net.Listener) int {
+	sc, ok := ln.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	dup := -1
+	if err := rc.Control(func(fd uintptr) {
+		if d, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0); e == 0 {
+			dup = int(d)
+		}
+	}); err != nil {
+		return -1
+	}
+	return dup
 }
 
 // maxEnrolling bounds the connections being handed to event loops at once:

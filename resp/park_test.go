@@ -1,8 +1,12 @@
 package resp
 
 import (
+	"fmt"
+	"net"
+	"os"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +102,93 @@ func TestIdleWait(t *testing.T) {
 			t.Errorf("off the loop %d, queued inline %d: idle wait %d, want %d", tc.off, tc.inline, got, tc.want)
 		}
 	}
+}
+
+// TestEventLoopsWatchTheListener: the proxy accepts on a goroutine of its
+// own, which Go's netpoller wakes. An idle event loop blocked in
+// epoll_wait keeps its P, and with one P per loop (procs) a new connection
+// waited for sysmon to take the P back before anything accepted it: 15-21
+// ms now and then for a client that dials an idle proxy, against under 1
+// ms for redis-server (docs/notes/2026-11-28-limits.md, section 6; a
+// 5 ms redislock Obtain missed its deadline in CI). So every event loop
+// watches the listener too, and parks once when it becomes readable
+// (netpoll.Poller.AddParkOnReadable). Like TestIdleLoopLeavesItsP, the
+// test looks at where things wait, not at how long anything takes: the
+// listening socket must be in Go's netpoller's epoll set and in every
+// loop's.
+func TestEventLoopsWatchTheListener(t *testing.T) {
+	const loops = 2
+	s := loopServer(t, func(c *Config) { c.EventLoops = loops })
+	addr := serve(t, s)
+	ino := listenerInode(t, addr)
+	if n := epollsWatching(t, ino); n != 1+loops {
+		t.Fatalf("the listening socket is in %d epoll sets, want %d: Go's netpoller's and one per event loop", n, 1+loops)
+	}
+	c := dial(t, addr)
+	if _, err := c.Write([]byte(respCmd("PING"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := readReplies(t, c, 1); got[0] != "+PONG\r\n" {
+		t.Fatalf("PING: %q", got)
+	}
+}
+
+// listenerInode finds the inode of the socket listening on addr (an IPv4
+// loopback address) in /proc/net/tcp.
+func listenerInode(t *testing.T, addr string) uint64 {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skipf("no /proc/net/tcp: %v", err)
+	}
+	local := fmt.Sprintf("0100007F:%04X", p)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[1] == local && f[3] == "0A" { // 0A: LISTEN
+			ino, err := strconv.ParseUint(f[9], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ino
+		}
+	}
+	t.Fatalf("no listening socket on %s in /proc/net/tcp", addr)
+	return 0
+}
+
+// epollsWatching counts this process's epoll instances whose interest list
+// holds the file with inode ino (/proc/self/fdinfo lists each watched
+// descriptor with its inode in hex).
+func epollsWatching(t *testing.T, ino uint64) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	want := fmt.Sprintf(" ino:%x ", ino)
+	n := 0
+	for _, fd := range fds {
+		if link, err := os.Readlink("/proc/self/fd/" + fd.Name()); err != nil || link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if strings.HasPrefix(line, "tfd:") && strings.Contains(line+" ", want) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }

@@ -102,6 +102,11 @@ func (eng *engine) runEventLoops(ctx context.Context, numEventLoop int) error {
 		el.listeners = lns
 		el.engine = eng
 		el.poller = p
+		for _, fd := range eng.opts.ParkOnReadable {
+			if err = p.AddParkOnReadable(fd); err != nil {
+				return err
+			}
+		}
 		el.buffer = make([]byte, eng.opts.ReadBufferCap)
 		el.connections.init()
 		el.eventHandler = eng.eventHandler
@@ -147,6 +152,11 @@ func (eng *engine) activateReactors(ctx context.Context, numEventLoop int) error
 		el.buffer = make([]byte, eng.opts.ReadBufferCap)
 		el.connections.init()
 		el.eventHandler = eng.eventHandler
+		for _, fd := range eng.opts.ParkOnReadable {
+			if err = p.AddParkOnReadable(fd); err != nil {
+				return err
+			}
+		}
 		eng.eventLoops.register(el)
 	}
 

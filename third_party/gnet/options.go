@@ -157,6 +157,13 @@ type Options struct {
 	// 1MB is used. The value of EdgeTriggeredIOChunk must be a power of 2,
 	// otherwise, it will be rounded up to the nearest power of 2.
 	EdgeTriggeredIOChunk int
+
+	// ParkOnReadable lists descriptors that goroutines of the process wait
+	// on through Go's netpoller; an event loop that sees one become readable
+	// parks in Go's netpoller at its next idle wait instead of blocking in
+	// epoll_wait (shiftlock-proxy's patch; PATCHED.md). The default Linux
+	// poller only.
+	ParkOnReadable []int
 }
 
 // WithOptions sets up all options.
@@ -322,5 +329,12 @@ func WithEdgeTriggeredIO(et bool) Option {
 func WithEdgeTriggeredIOChunk(chunk int) Option {
 	return func(opts *Options) {
 		opts.EdgeTriggeredIOChunk = chunk
+	}
+}
+
+// WithParkOnReadable sets ParkOnReadable (shiftlock-proxy's patch).
+func WithParkOnReadable(fds ...int) Option {
+	return func(opts *Options) {
+		opts.ParkOnReadable = fds
 	}
 }

@@ -42,6 +42,8 @@ type Poller struct {
 	urgentAsyncTaskQueue        queue.AsyncTaskQueue // queue with high priority
 	highPriorityEventsThreshold int32                // threshold of high-priority events
 	file                        *os.File             // a duplicate of fd in Go's netpoller (park)
+	parkFDs                     []int                // descriptors whose readiness makes the next idle wait park (AddParkOnReadable)
+	parkNext                    bool                 // one of parkFDs fired: park at the next idle wait
 	raw                         syscall.RawConn
 }
 
@@ -126,7 +128,10 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 	for {
 		var n int
 		var err error
-		if msec < 0 && IdleWait != nil {
+		if msec < 0 && p.parkNext {
+			p.parkNext = false
+			n, err = p.park(el.events)
+		} else if msec < 0 && IdleWait != nil {
 			switch w := IdleWait(); {
 			case w == WaitPark:
 				n, err = p.park(el.events)
@@ -157,6 +162,8 @@ func (p *Poller) Polling(callback PollEventHandler) error {
 			ev := &el.events[i]
 			if fd := int(ev.Fd); fd == p.efd { // poller is awakened to run tasks in queues.
 				doChores = true
+			} else if p.parkOn(fd) {
+				p.parkNext = true
 			} else {
 				err = callback(fd, ev.Events, 0)
 				if errors.Is(err, errorx.ErrAcceptSocket) || errors.Is(err, errorx.ErrEngineShutdown) {
@@ -308,6 +315,34 @@ func (p *Poller) park(events []unix.EpollEvent) (int, error) {
 		return unix.EpollWait(p.fd, events, -1)
 	}
 	return n, err
+}
+
+// AddParkOnReadable watches fd, edge-triggered, for the next wait of an
+// idle loop only: when it becomes readable, the loop parks in Go's
+// netpoller once instead of blocking in epoll_wait (shiftlock-proxy's
+// patch; third_party/gnet/PATCHED.md). It is for descriptors that
+// goroutines of the process wait on through Go's netpoller, such as a
+// listener whose accept loop is a goroutine: while the loop blocks in the
+// system call it keeps its P, and with one P per loop nobody polls Go's
+// netpoller for them until sysmon takes the P back, 10-20 ms. Parking
+// hands the P to the scheduler, which polls Go's netpoller and runs them.
+// The loop never reads fd. Call it before the loop runs; fd must stay open
+// as long as the poller.
+func (p *Poller) AddParkOnReadable(fd int) error {
+	if err := unix.EpollCtl(p.fd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Fd: int32(fd), Events: unix.EPOLLIN | unix.EPOLLET}); err != nil {
+		return os.NewSyscallError("epoll_ctl add", err)
+	}
+	p.parkFDs = append(p.parkFDs, fd)
+	return nil
+}
+
+func (p *Poller) parkOn(fd int) bool {
+	for _, f := range p.parkFDs {
+		if f == fd {
+			return true
+		}
+	}
+	return false
 }
 
 // openFile registers a duplicate of the epoll fd with Go's netpoller.

@@ -246,3 +246,7 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 func (p *Poller) Delete(fd int) error {
 	return os.NewSyscallError("epoll_ctl del", epollCtl(p.fd, unix.EPOLL_CTL_DEL, fd, nil))
 }
+
+// AddParkOnReadable is shiftlock-proxy's patch to the default Linux poller
+// (poller_epoll_default.go); this poller ignores it.
+func (p *Poller) AddParkOnReadable(int) error { return nil }

@@ -222,3 +222,7 @@ func (p *Poller) ModReadWrite(pa *PollAttachment, edgeTriggered bool) error {
 func (*Poller) Delete(_ int) error {
 	return nil
 }
+
+// AddParkOnReadable is shiftlock-proxy's patch to the default Linux poller
+// (poller_epoll_default.go); this poller ignores it.
+func (p *Poller) AddParkOnReadable(int) error { return nil }
