@@ -57,13 +57,7 @@ func benchLoop(b *testing.B, s *Server, inputs, want []string) {
 // front end adds; -benchmem shows its allocations, which are lockmap's and
 // the keys and tokens it keeps.
 func BenchmarkLoopSetRelease(b *testing.B) {
-	s := loopServer(b, nil)
-	// As go-redis does after its first NOSCRIPT.
-	c := newLoopClient(b, s)
-	sha := scripts.SHA1Hex(casDeleteBody)
-	if r := c.do("SCRIPT", "LOAD", casDeleteBody); r != "$40\r\n"+sha+"\r\n" {
-		b.Fatalf("SCRIPT LOAD: %q", r)
-	}
+	s, sha := casDeleteServer(b)
 	var in, want []string
 	for i := 0; i < 64; i++ {
 		k := fmt.Sprintf("tput:%c", 'A'+i)
@@ -89,12 +83,7 @@ func BenchmarkLoopPipeline(b *testing.B) {
 // reply closure built for every acquire, needed only by one that queues,
 // cost a sixth (before 2026-11-28).
 func TestLoopSetReleaseAllocs(t *testing.T) {
-	s := loopServer(t, nil)
-	c := newLoopClient(t, s)
-	sha := scripts.SHA1Hex(casDeleteBody)
-	if r := c.do("SCRIPT", "LOAD", casDeleteBody); r != "$40\r\n"+sha+"\r\n" {
-		t.Fatalf("SCRIPT LOAD: %q", r)
-	}
+	s, sha := casDeleteServer(t)
 	lc := s.newLoopConn(func() { t.Fatal("a command went to a goroutine") }, s.newLoopBell(func(f func()) { f() }))
 	defer s.closeLoopConn(lc)
 	in := []byte(respCmd("set", "k", "tok", "px", "10000", "nx") + respCmd("evalsha", sha, "1", "k", "tok"))
@@ -108,4 +97,16 @@ func TestLoopSetReleaseAllocs(t *testing.T) {
 	if allocs > 5 {
 		t.Errorf("one SET NX PX and compare-and-delete cycle allocates %v times, want at most 5", allocs)
 	}
+}
+
+// casDeleteServer is a loop server with the compare-and-delete script
+// loaded, as go-redis leaves it after its first NOSCRIPT; sha is the
+// script's.
+func casDeleteServer(t testing.TB) (s *Server, sha string) {
+	s = loopServer(t, nil)
+	sha = scripts.SHA1Hex(casDeleteBody)
+	if r := newLoopClient(t, s).do("SCRIPT", "LOAD", casDeleteBody); r != "$40\r\n"+sha+"\r\n" {
+		t.Fatalf("SCRIPT LOAD: %q", r)
+	}
+	return s, sha
 }
