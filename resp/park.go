@@ -9,8 +9,9 @@ import (
 // offLoop counts the work that the event loops' clients wait for, that
 // runs off the loops and that Go's netpoller may have to wake: commands on
 // goroutines of their own (goWait), deferred acquires over the network
-// (Map.AcquireAsync) and doorbell batches whose memory node has not
-// answered within the loop's patience (loopBell.track).
+// (Map.AcquireAsync), doorbell batches whose memory node has not
+// answered within the loop's patience (loopBell.track), and an open TLS
+// port (ListenTLS), whose connections are goroutines.
 //
 // While it is not zero, an idle event loop waits parked in Go's netpoller
 // instead of blocking in epoll_wait (third_party/gnet/PATCHED.md). A loop

@@ -313,3 +313,21 @@ func (eng *engine) sendCmd(cmd *asyncCmd, urgent bool) error {
 	return el.poller.Trigger(el.execCmd, cmd)
 }
 */
+
+// WakeLoops has every event loop run a pass (shiftlock-proxy's patch;
+// PATCHED.md): a loop blocked in epoll_wait then chooses again how to wait
+// (netpoll.IdleWait), for work that started off the loops without any of
+// their connections, such as a TLS port opened after the engine.
+func (e Engine) WakeLoops() error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	var err error
+	e.eng.eventLoops.iterate(func(_ int, el *eventloop) bool {
+		if werr := el.poller.Trigger(queue.HighPriority, func(any) error { return nil }, nil); werr != nil && err == nil {
+			err = werr
+		}
+		return true
+	})
+	return err
+}
