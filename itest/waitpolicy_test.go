@@ -99,3 +99,50 @@ func TestRetryingClientsHandedTheLock(t *testing.T) {
 		t.Fatalf("%d redsync clients inside at once", maxInside.Load())
 	}
 }
+
+// TestRedsyncRetryWaitsItsTurn: redsync bounds each try by 5% of the
+// expiry, longer than the proxy's budget (4% of the TTL), so once a
+// connection has run redsync's scripts, a retry on it waits the whole
+// budget and is handed the lock, instead of being refused after its retry
+// gap and sleeping again. Before, the retry's wait was capped at the gap:
+// here 20 ms, refused 130 ms before the holder let go.
+func TestRedsyncRetryWaitsItsTurn(t *testing.T) {
+	p := testproc.Proxy(t)
+	ctx := ctxT(t, time.Minute)
+	newRS := func() *redsync.Redsync {
+		rc := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 1})
+		t.Cleanup(func() { rc.Close() })
+		return redsync.New(goredis.NewPool(rc))
+	}
+	app, other := newRS(), newRS()
+
+	// The app has locked and unlocked before on its one connection.
+	warm := app.NewMutex("warm")
+	if err := warm.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := warm.UnlockContext(ctx); !ok || err != nil {
+		t.Fatalf("unlock: %v %v", ok, err)
+	}
+
+	holder := other.NewMutex("hot", redsync.WithExpiry(10*time.Second))
+	if err := holder.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		_, err := holder.UnlockContext(ctx)
+		released <- err
+	}()
+	m := app.NewMutex("hot", redsync.WithExpiry(10*time.Second), redsync.WithTries(2), redsync.WithRetryDelay(20*time.Millisecond))
+	if err := m.LockContext(ctx); err != nil {
+		t.Fatalf("a retry 20 ms after a refusal, holder letting go at 150 ms: %v, want the lock (the retry waits up to 4%% of the TTL, 400 ms)", err)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.UnlockContext(ctx); !ok || err != nil {
+		t.Fatalf("unlock: %v %v", ok, err)
+	}
+}

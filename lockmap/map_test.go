@@ -646,6 +646,12 @@ func TestWaitPolicyLetsRetriesWait(t *testing.T) {
 	if got := p.BudgetFor(&r, &fresh, "fixed:a", "x", time.Minute); got != 3*time.Second {
 		t.Fatalf("fixed rule, first try: %v", got)
 	}
+	var patient lockmap.Habit
+	patient.Patient()
+	r.Refused("k4", "tok4")
+	if got := p.BudgetFor(&r, &patient, "k4", "tok4", 10*time.Second); got != 400*time.Millisecond {
+		t.Fatalf("a retry on a connection whose client bounds its tries itself: budget %v, want 4%% of the TTL", got)
+	}
 	p.WaitFirstTry = true
 	if got := p.BudgetFor(&r, nil, "k", "new", 10*time.Second); got != 400*time.Millisecond {
 		t.Fatalf("WaitFirstTry: budget %v, want 4%% of the TTL", got)

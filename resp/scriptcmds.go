@@ -165,6 +165,9 @@ func (s *Server) runScript(st *connState, sc *scripts.Script, rest [][]byte) {
 		st.w.err(e)
 		return
 	}
+	if sc.Patient {
+		st.habit.Patient()
+	}
 	st.w.reply(sc.Exec(&st.ops, keys, argv))
 	// Drop the strings, keep the space.
 	clear(keys)

@@ -64,6 +64,12 @@ type Script struct {
 	// TTLReply marks scripts whose integer reply is a remaining TTL, which a
 	// replay can only compare approximately.
 	TTLReply bool
+	// Patient marks the families that bound every try of an acquire by a
+	// deadline of their own, longer than the proxy's default wait budget:
+	// redsync gives each try 5% of the expiry, against a budget of 4% of
+	// the TTL. A connection that runs such a script belongs to a client
+	// whose retries may wait the whole budget (lockmap.Habit).
+	Patient bool
 
 	exec func(ops Ops, keys, argv []string) wire.Reply
 }
@@ -201,7 +207,7 @@ var catalogue = []*Script{
 		SHA1:     "00583931c4e4d483f6233879c133c71ed5393f9d",
 		NormSHA1: "291e8c6bd642e1e50ba3b90238fb62ab2071837a",
 		Verified: PublishedBody, Semantics: "release", Replies: "1 deleted; 0 not held by token",
-		MinKeys: 1, MinArgs: 1, exec: execRelease,
+		MinKeys: 1, MinArgs: 1, Patient: true, exec: execRelease,
 	},
 	{
 		ID: "redsync/delete", Family: famRedsync, Op: "delete",
@@ -209,7 +215,7 @@ var catalogue = []*Script{
 		SHA1:     "e950836ed1e694540c503ef9972b8de518044d3b",
 		NormSHA1: "7993caa3740134efbd5ac97c8695f767f80951db",
 		Verified: RealClient, Semantics: "release-tristate", Replies: "1 deleted; 0 held by another token; -1 missing",
-		MinKeys: 1, MinArgs: 1, exec: execReleaseTristate,
+		MinKeys: 1, MinArgs: 1, Patient: true, exec: execReleaseTristate,
 	},
 	{
 		ID: "redsync/touch", Family: famRedsync, Op: "touch",
@@ -217,7 +223,7 @@ var catalogue = []*Script{
 		SHA1:     "d75bb8b5bd13532ddedd17762e772346e39b321e",
 		NormSHA1: "eab2bb9c2bd5ff466b3bf28d23e0a6be0b63e807",
 		Verified: RealClient, Semantics: "extend", Replies: "1 extended; 0 not held by token",
-		MinKeys: 1, MinArgs: 2, exec: execExtend,
+		MinKeys: 1, MinArgs: 2, Patient: true, exec: execExtend,
 	},
 	{
 		ID: "redsync/touch-setnx", Family: famRedsync, Op: "touch-or-acquire",
@@ -225,7 +231,7 @@ var catalogue = []*Script{
 		SHA1:     "b6b55c439e02c6f52ffb8be7ec8c0d0ac816ea79",
 		NormSHA1: "093198007cadcfa2b840a96c0c99c7729de3bfa0",
 		Verified: RealClient, Semantics: "extend-or-acquire", Replies: "1 extended or acquired; 0 held by another token",
-		MinKeys: 1, MinArgs: 2, exec: execExtendOrAcquire,
+		MinKeys: 1, MinArgs: 2, Patient: true, exec: execExtendOrAcquire,
 	},
 
 	// bsm/redislock up to v0.9.x (single key) and node-redlock v3, which send
