@@ -102,10 +102,11 @@ func TestRetryingClientsHandedTheLock(t *testing.T) {
 
 // TestRedsyncRetryWaitsItsTurn: redsync bounds each try by 5% of the
 // expiry, longer than the proxy's budget (4% of the TTL), so once a
-// connection has run redsync's scripts, a retry on it waits the whole
-// budget and is handed the lock, instead of being refused after its retry
-// gap and sleeping again. Before, the retry's wait was capped at the gap:
-// here 20 ms, refused 130 ms before the holder let go.
+// connection has run redsync's scripts, its tries wait the whole budget
+// and are handed the lock, instead of being refused and sleeping. Before
+// (2026-11-28), the first try on a connection that had not retried was
+// refused at once and the retry's wait was capped at its gap, here 20 ms:
+// both refused before the holder let go at 150 ms.
 func TestRedsyncRetryWaitsItsTurn(t *testing.T) {
 	p := testproc.Proxy(t)
 	ctx := ctxT(t, time.Minute)
@@ -137,7 +138,7 @@ func TestRedsyncRetryWaitsItsTurn(t *testing.T) {
 	}()
 	m := app.NewMutex("hot", redsync.WithExpiry(10*time.Second), redsync.WithTries(2), redsync.WithRetryDelay(20*time.Millisecond))
 	if err := m.LockContext(ctx); err != nil {
-		t.Fatalf("a retry 20 ms after a refusal, holder letting go at 150 ms: %v, want the lock (the retry waits up to 4%% of the TTL, 400 ms)", err)
+		t.Fatalf("two tries 20 ms apart, the holder letting go at 150 ms: %v, want the lock (a try waits up to 4%% of the TTL, 400 ms)", err)
 	}
 	if err := <-released; err != nil {
 		t.Fatal(err)

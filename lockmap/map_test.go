@@ -652,6 +652,9 @@ func TestWaitPolicyLetsRetriesWait(t *testing.T) {
 	if got := p.BudgetFor(&r, &patient, "k4", "tok4", 10*time.Second); got != 400*time.Millisecond {
 		t.Fatalf("a retry on a connection whose client bounds its tries itself: budget %v, want 4%% of the TTL", got)
 	}
+	if got := p.BudgetFor(&r, &patient, "k5", "tok5", 10*time.Second); got != 400*time.Millisecond {
+		t.Fatalf("a first try on that connection: budget %v, want 4%% of the TTL", got)
+	}
 	p.WaitFirstTry = true
 	if got := p.BudgetFor(&r, nil, "k", "new", 10*time.Second); got != 400*time.Millisecond {
 		t.Fatalf("WaitFirstTry: budget %v, want 4%% of the TTL", got)
