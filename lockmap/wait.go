@@ -117,6 +117,9 @@ func (p WaitPolicy) BudgetFor(retries *Retries, habit *Habit, key, token string,
 	if b == 0 || p.WaitFirstTry || retries == nil {
 		return b
 	}
+	if habit != nil && habit.patient.Load() {
+		return b // every try waits: no need to look up whether this one is a retry
+	}
 	if gap, ok := retries.since(key, token); ok {
 		if habit == nil {
 			return min(b, gap)
