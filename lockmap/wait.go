@@ -121,16 +121,12 @@ func (p WaitPolicy) BudgetFor(retries *Retries, habit *Habit, key, token string,
 		return b // every try waits: no need to look up whether this one is a retry
 	}
 	if gap, ok := retries.since(key, token); ok {
-		if habit == nil {
-			return min(b, gap)
-		}
-		habit.retried.Store(true)
-		if habit.patient.Load() {
-			return b
+		if habit != nil {
+			habit.retried.Store(true)
 		}
 		return min(b, gap)
 	}
-	if habit != nil && (habit.retried.Load() || habit.patient.Load()) {
+	if habit != nil && habit.retried.Load() {
 		return b
 	}
 	return 0
@@ -147,8 +143,8 @@ type Habit struct {
 
 // Patient records that the connection's client bounds every try of an
 // acquire by a deadline of its own, longer than the wait budget (the
-// proxy recognises redsync by its scripts), so that its retries may wait
-// the whole budget (BudgetFor).
+// proxy recognises redsync by its scripts), so that every try of it may
+// wait the whole budget (BudgetFor).
 func (h *Habit) Patient() {
 	if !h.patient.Load() { // most calls: no write to a shared line
 		h.patient.Store(true)
