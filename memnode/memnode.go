@@ -688,12 +688,7 @@ const relScanEvery = 10 * time.Second
 // scanRelCnt is the largest RelCnt in the table, or fence of a range tree:
 // the next generation starts both above it.
 func (s *Server) scanRelCnt() uint64 {
-	var m uint64
-	for off := uint64(8); off < s.cfg.Entries*16; off += 16 {
-		if v, _ := s.locks.Load8(off); v > m {
-			m = v
-		}
-	}
+	m, _ := s.locks.MaxWord(8, 16) // RelCnt is an entry's second word
 	if s.rng != nil {
 		m = max(m, s.rng.maxFence())
 	}

@@ -118,6 +118,28 @@ func (m *Memory) Load8(off uint64) (uint64, error) {
 	return atomic.LoadUint64(&m.words[off/8]), nil
 }
 
+// MaxWord returns the largest of the words at off, off+stride, off+2*stride
+// and so on to the region's end: a memory node's scan of its own table (the
+// RelCnt high-water mark it saves), which reads a word of every entry of a
+// million and would pay Load8's checks and call on each. Every word is read
+// atomically; the scan as a whole is not a snapshot.
+func (m *Memory) MaxWord(off, stride uint64) (uint64, error) {
+	if stride == 0 || stride%8 != 0 {
+		return 0, fmt.Errorf("%w: region %d stride %d (need a positive multiple of 8)", ErrMisaligned, m.id, stride)
+	}
+	if err := m.check(off, 8, 8); err != nil {
+		return 0, err
+	}
+	var max uint64
+	step := int(stride / 8)
+	for i := int(off / 8); i < len(m.words); i += step {
+		if v := atomic.LoadUint64(&m.words[i]); v > max {
+			max = v
+		}
+	}
+	return max, nil
+}
+
 // MaskedCAS64 executes an 8-byte masked compare-and-swap.
 func (m *Memory) MaskedCAS64(off, cmp, cmpMask, swap, swapMask uint64) (uint64, error) {
 	if err := m.check(off, 8, 8); err != nil {
