@@ -121,7 +121,7 @@ func (p WaitPolicy) BudgetFor(retries *Retries, habit *Habit, key, token string,
 		return b // every try waits: no need to look up whether this one is a retry
 	}
 	if gap, ok := retries.since(key, token); ok {
-		if habit != nil {
+		if habit != nil && !habit.retried.Load() { // as Patient: write the shared line once
 			habit.retried.Store(true)
 		}
 		return min(b, gap)
