@@ -479,12 +479,11 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 		if gr.remote() || gr.dom.Lease == nil || coveredBy(a.got[:i], gr.dom) {
 			continue // a share's lease is its home's
 		}
-		if !block && !gr.dom.Lease.Covers(end, opt.TTL) {
-			return false, errWouldWait // a heartbeat must be pushed first
-		}
-		if err := gr.dom.Lease.Cover(ctx, end, opt.TTL); err != nil {
+		if covered, err := cover(ctx, gr.dom.Lease, end, opt.TTL, block); err != nil {
 			a.undo()
 			return false, err
+		} else if !covered {
+			return false, errWouldWait // a heartbeat must be pushed first
 		}
 	}
 	for _, h := range a.refresh {
@@ -500,12 +499,11 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 		}
 		d, _ := m.Where(h.key)
 		if d.Lease != nil {
-			if !block && !d.Lease.Covers(end, opt.TTL) {
-				return false, errWouldWait
-			}
-			if err := d.Lease.Cover(ctx, end, opt.TTL); err != nil {
+			if covered, err := cover(ctx, d.Lease, end, opt.TTL, block); err != nil {
 				a.undo()
 				return false, err
+			} else if !covered {
+				return false, errWouldWait
 			}
 		}
 	}

@@ -87,11 +87,10 @@ func (m *Map) extend(ctx context.Context, lp *Loop, key, token string, anyHolder
 	hs = local
 	d, _ := m.Where(key)
 	if d.Lease != nil {
-		if onLoop && !d.Lease.Covers(end, ttl) {
-			return false, ErrWouldBlock // a heartbeat push first
-		}
-		if err := d.Lease.Cover(ctx, end, ttl); err != nil {
+		if covered, err := cover(ctx, d.Lease, end, ttl, !onLoop); err != nil {
 			return false, err
+		} else if !covered {
+			return false, ErrWouldBlock // a heartbeat push first
 		}
 	}
 	// A hold whose TTL ran out while the lease was being extended stays
@@ -142,11 +141,10 @@ func (m *Map) reassign(ctx context.Context, onLoop bool, keys, from []string, to
 			continue
 		}
 		covered = append(covered, d)
-		if onLoop && !d.Lease.Covers(end, ttl) {
-			return false, ErrWouldBlock // a heartbeat push first
-		}
-		if err := d.Lease.Cover(ctx, end, ttl); err != nil {
+		if covered, err := cover(ctx, d.Lease, end, ttl, !onLoop); err != nil {
 			return false, err
+		} else if !covered {
+			return false, ErrWouldBlock // a heartbeat push first
 		}
 	}
 	ok, hs := m.changeHands(keys, from, to, ttl, end)

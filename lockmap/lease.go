@@ -127,6 +127,11 @@ func (ls *Lease) validSince(ack time.Time) error {
 	ls.mu.Lock()
 	lost := ls.lost
 	ls.mu.Unlock()
+	return ls.validAt(ack, lost)
+}
+
+// validAt is validSince with the lease's loss already read.
+func (ls *Lease) validAt(ack time.Time, lost error) error {
 	if lost != nil {
 		return fmt.Errorf("%w: %w", ErrNoLease, lost)
 	}
@@ -141,38 +146,10 @@ func (ls *Lease) validSince(ack time.Time) error {
 // node that keeps state across restarts, a longer horizon counts only once
 // the memory node confirms it has saved it.
 func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) error {
-	lay := ls.ep.Layout()
-	if max := lay.MaxLease; max > 0 && ttl > max {
-		return fmt.Errorf("%w (%v > %v)", ErrTTLTooLong, ttl, max)
-	}
-	// One read of the published beat serves the validity check and the
-	// horizon check: every acquire comes here.
-	at, h := ls.hb.Published()
-	if err := ls.validSince(at); err != nil {
+	if covered, err := ls.TryCover(end, ttl); covered || err != nil {
 		return err
 	}
-	ls.mu.Lock()
-	if end.After(ls.maxEnd) {
-		ls.maxEnd = end
-	}
-	if ttl >= ls.headTTL {
-		// The grant's time is end - ttl: no need to read the clock on
-		// every acquire, which mostly repeats the same TTL.
-		granted := end.Add(-ttl)
-		if end.IsZero() {
-			granted = time.Now()
-		}
-		ls.headTTL, ls.headAt = ttl, granted
-	}
-	ls.mu.Unlock()
-	confirmed := !lay.Persistent || h <= ls.hb.Confirmed()
-	if end.IsZero() {
-		return nil // bounded by membership, which every beat covers
-	}
-	if !end.After(at.Add(h)) && confirmed {
-		return nil
-	}
-	h = ls.horizon()
+	h := ls.horizon()
 	if err := ls.hb.Push(ctx, h); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoLease, err)
 	}
@@ -182,20 +159,58 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 	return ls.awaitConfirm(ctx, h)
 }
 
-// Covers reports whether Cover(end, ttl) would return at once, needing no
-// heartbeat: what an event loop may call without blocking.
-func (ls *Lease) Covers(end time.Time, ttl time.Duration) bool {
-	if max := ls.ep.Layout().MaxLease; max > 0 && ttl > max {
-		return false
+// cover is Cover where block allows it, else TryCover. Without block it
+// reports false, and no error, for anything but a covered grant: the caller
+// leaves it to Cover on a goroutine, errors included, because failing may
+// mean giving locks back, which an event loop does not do.
+func cover(ctx context.Context, ls *Lease, end time.Time, ttl time.Duration, block bool) (bool, error) {
+	if block {
+		if err := ls.Cover(ctx, end, ttl); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
-	if ls.Valid() != nil {
-		return false
-	}
-	if end.IsZero() {
-		return true
+	ok, err := ls.TryCover(end, ttl)
+	return ok && err == nil, nil
+}
+
+// TryCover is Cover for a caller that must not block (an event loop): it
+// does what Cover does short of pushing a heartbeat, and reports false if
+// one must be pushed, for Cover to finish on a goroutine. Every acquire
+// comes here, so one read of the published beat serves the validity and
+// the horizon checks, and one lock both the loss check and the recording
+// of the grant (recorded even when it goes on to fail: the horizon only
+// errs long).
+func (ls *Lease) TryCover(end time.Time, ttl time.Duration) (bool, error) {
+	lay := ls.ep.Layout()
+	if max := lay.MaxLease; max > 0 && ttl > max {
+		return false, fmt.Errorf("%w (%v > %v)", ErrTTLTooLong, ttl, max)
 	}
 	at, h := ls.hb.Published()
-	return !end.After(at.Add(h)) && ls.confirmed(h)
+	ls.mu.Lock()
+	lost := ls.lost
+	if lost == nil {
+		if end.After(ls.maxEnd) {
+			ls.maxEnd = end
+		}
+		if ttl >= ls.headTTL {
+			// The grant's time is end - ttl: no need to read the clock on
+			// every acquire, which mostly repeats the same TTL.
+			granted := end.Add(-ttl)
+			if end.IsZero() {
+				granted = time.Now()
+			}
+			ls.headTTL, ls.headAt = ttl, granted
+		}
+	}
+	ls.mu.Unlock()
+	if err := ls.validAt(at, lost); err != nil {
+		return false, err
+	}
+	if end.IsZero() {
+		return true, nil // bounded by membership, which every beat covers
+	}
+	return !end.After(at.Add(h)) && ls.confirmed(h), nil
 }
 
 // confirmed reports whether horizon h is within what the memory node has
