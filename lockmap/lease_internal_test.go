@@ -2,6 +2,7 @@ package lockmap
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -202,4 +203,52 @@ func leaseOnDisk(t *testing.T, wrap func(memnode.StateStore) memnode.StateStore)
 	ls := NewLease(ep)
 	t.Cleanup(ls.Stop)
 	return cfg, ls
+}
+
+// TestTryCover: what an event loop asks of the lease. A grant inside the
+// published, confirmed horizon is covered; one past it is refused, with no
+// error (Cover then pushes a beat on a goroutine, after which TryCover
+// covers the same grant) and with its end recorded, so that the next beat
+// covers it; a lost lease or a TTL past MaxLease is an error, as from Cover.
+func TestTryCover(t *testing.T) {
+	_, ls := leaseOnDisk(t, nil)
+	ctx := context.Background()
+	const short = 10 * time.Millisecond
+	if err := ls.Cover(ctx, time.Now().Add(short), short); err != nil {
+		t.Fatal(err)
+	}
+	at, h := ls.hb.Published()
+
+	if ok, err := ls.TryCover(at.Add(h/2), short); !ok || err != nil {
+		t.Fatalf("a grant inside the published horizon %v: covered %v, %v", h, ok, err)
+	}
+	long := h + time.Second
+	end := time.Now().Add(long)
+	if ok, err := ls.TryCover(end, long); ok || err != nil {
+		t.Fatalf("a grant %v past the published horizon %v: covered %v, %v; want refused, no error", long, h, ok, err)
+	}
+	ls.mu.Lock()
+	recorded := !ls.maxEnd.Before(end)
+	ls.mu.Unlock()
+	if !recorded {
+		t.Fatal("the refused grant's end was not recorded: the next beat would not cover it")
+	}
+	if err := ls.Cover(ctx, end, long); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ls.TryCover(end, long); !ok || err != nil {
+		t.Fatalf("after Cover pushed the horizon: covered %v, %v", ok, err)
+	}
+
+	if max := ls.ep.Layout().MaxLease; max > 0 {
+		if _, err := ls.TryCover(time.Now().Add(2*max), 2*max); !errors.Is(err, ErrTTLTooLong) {
+			t.Errorf("a TTL past MaxLease %v: %v, want ErrTTLTooLong", max, err)
+		}
+	}
+	ls.mu.Lock()
+	ls.lost = errors.New("declared dead")
+	ls.mu.Unlock()
+	if ok, err := ls.TryCover(at.Add(h/2), short); ok || !errors.Is(err, ErrNoLease) {
+		t.Fatalf("a lost lease: covered %v, %v; want ErrNoLease", ok, err)
+	}
 }
