@@ -141,9 +141,9 @@ func (m *Map) reassign(ctx context.Context, onLoop bool, keys, from []string, to
 			continue
 		}
 		covered = append(covered, d)
-		if covered, err := cover(ctx, d.Lease, end, ttl, !onLoop); err != nil {
+		if ok, err := cover(ctx, d.Lease, end, ttl, !onLoop); err != nil {
 			return false, err
-		} else if !covered {
+		} else if !ok {
 			return false, ErrWouldBlock // a heartbeat push first
 		}
 	}

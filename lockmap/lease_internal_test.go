@@ -213,11 +213,14 @@ func leaseOnDisk(t *testing.T, wrap func(memnode.StateStore) memnode.StateStore)
 func TestTryCover(t *testing.T) {
 	_, ls := leaseOnDisk(t, nil)
 	ctx := context.Background()
-	const short = 10 * time.Millisecond
+	const short = time.Second // long enough that the published horizon stays above 0 throughout
 	if err := ls.Cover(ctx, time.Now().Add(short), short); err != nil {
 		t.Fatal(err)
 	}
 	at, h := ls.hb.Published()
+	if h < short {
+		t.Fatalf("Cover returned with a published horizon of %v for a %v grant", h, short)
+	}
 
 	if ok, err := ls.TryCover(at.Add(h/2), short); !ok || err != nil {
 		t.Fatalf("a grant inside the published horizon %v: covered %v, %v", h, ok, err)
@@ -240,10 +243,12 @@ func TestTryCover(t *testing.T) {
 		t.Fatalf("after Cover pushed the horizon: covered %v, %v", ok, err)
 	}
 
-	if max := ls.ep.Layout().MaxLease; max > 0 {
-		if _, err := ls.TryCover(time.Now().Add(2*max), 2*max); !errors.Is(err, ErrTTLTooLong) {
-			t.Errorf("a TTL past MaxLease %v: %v, want ErrTTLTooLong", max, err)
-		}
+	max := ls.ep.Layout().MaxLease
+	if max <= 0 {
+		t.Fatal("the memory node sets no MaxLease: the TTL check below would test nothing")
+	}
+	if _, err := ls.TryCover(time.Now().Add(2*max), 2*max); !errors.Is(err, ErrTTLTooLong) {
+		t.Errorf("a TTL past MaxLease %v: %v, want ErrTTLTooLong", max, err)
 	}
 	ls.mu.Lock()
 	ls.lost = errors.New("declared dead")

@@ -130,14 +130,14 @@ func (m *Memory) MaxWord(off, stride uint64) (uint64, error) {
 	if err := m.check(off, 8, 8); err != nil {
 		return 0, err
 	}
-	var max uint64
+	var hi uint64
 	step := int(stride / 8)
 	for i := int(off / 8); i < len(m.words); i += step {
-		if v := atomic.LoadUint64(&m.words[i]); v > max {
-			max = v
+		if v := atomic.LoadUint64(&m.words[i]); v > hi {
+			hi = v
 		}
 	}
-	return max, nil
+	return hi, nil
 }
 
 // MaskedCAS64 executes an 8-byte masked compare-and-swap.
