@@ -71,10 +71,11 @@ func (m *Map) lastRef(g *grant) bool {
 	last := g.refs <= 0
 	grantMu.Unlock()
 	if last {
-		m.releasing.add(g.dom, g.entry, 1)
-		if g.excl {
-			m.countExcl(g, -1)
+		var excl int32
+		if g.excl && g.mode == shiftlock.Exclusive {
+			excl = -1
 		}
+		m.counts.add(g.dom, g.entry, excl, 1)
 	}
 	if last && g.home != nil {
 		g.home.r.forget(g.home)
@@ -83,7 +84,7 @@ func (m *Map) lastRef(g *grant) bool {
 }
 
 // released ends the in-flight count lastRef started for g.
-func (m *Map) released(g *grant) { m.releasing.add(g.dom, g.entry, -1) }
+func (m *Map) released(g *grant) { m.counts.add(g.dom, g.entry, 0, -1) }
 
 func (m *Map) releaseLast(g *grant) {
 	if err := g.g.Release(context.Background()); err != nil {
@@ -94,7 +95,7 @@ func (m *Map) releaseLast(g *grant) {
 
 func (m *Map) countExcl(g *grant, d int32) {
 	if g.mode == shiftlock.Exclusive {
-		m.excl.add(g.dom, g.entry, d)
+		m.counts.add(g.dom, g.entry, d, 0)
 	}
 }
 
@@ -112,53 +113,73 @@ func (m *Map) heldForOthers(d *Domain, e uint64) bool {
 
 // heldExclusivelyHere reports whether some key of this proxy holds entry e of
 // d exclusively; then nobody else can hold any key on it.
-func (m *Map) heldExclusivelyHere(d *Domain, e uint64) bool { return m.excl.held(d, e) }
+func (m *Map) heldExclusivelyHere(d *Domain, e uint64) bool { return m.counts.get(d, e).excl > 0 }
 
-// exclTable counts this proxy's exclusive grants per lock entry of a
-// membership, to tell "held by another key of ours on the same entry" from
-// "held elsewhere". Every uncontended acquire and release counts, so it is
-// sharded by entry and keyed by one integer. The zero value is empty.
-type exclTable struct {
-	shards [16]exclShard
+// entryTable keeps two counts per lock entry of a membership. excl is this
+// proxy's exclusive grants of it, to tell "held by another key of ours on
+// the same entry" from "held elsewhere". releasing is its releases of it in
+// flight: a Lookup that finds the entry held waits for them to land, so
+// that a key whose lock is on its way out (an expiry the key's own client
+// races) does not look held through another proxy. Every uncontended
+// acquire and release counts, so the table is sharded by entry, keyed by
+// one integer, and a release moves a count from excl to releasing in one
+// visit. The zero value is empty.
+type entryTable struct {
+	shards [16]entryShard
 }
 
-type exclShard struct {
+type entryShard struct {
 	mu sync.Mutex
-	n  map[uint64]int32
+	n  map[uint64]entryCounts
 }
+
+type entryCounts struct{ excl, releasing int32 }
+
+// idleKeep is how many entries a shard keeps at zero instead of deleting:
+// deleting a small map's last entry makes Go draw a new hash seed, a random
+// read on every uncontended release.
+const idleKeep = 8
 
 // exclKey packs a membership and an entry; entries stay below 2^40.
 func exclKey(d *Domain, e uint64) uint64 { return uint64(d.id)<<40 | e }
 
-func (t *exclTable) add(d *Domain, e uint64, delta int32) {
+func (t *entryTable) add(d *Domain, e uint64, excl, releasing int32) {
 	s, k := &t.shards[e%uint64(len(t.shards))], exclKey(d, e)
 	s.mu.Lock()
 	if s.n == nil {
-		s.n = map[uint64]int32{}
+		s.n = map[uint64]entryCounts{}
 	}
-	if v := s.n[k] + delta; v > 0 {
-		s.n[k] = v
-	} else {
+	c := s.n[k]
+	c.excl, c.releasing = max(c.excl+excl, 0), max(c.releasing+releasing, 0)
+	if c == (entryCounts{}) && len(s.n) > idleKeep {
 		delete(s.n, k)
+	} else {
+		s.n[k] = c
 	}
 	s.mu.Unlock()
 }
 
-func (t *exclTable) held(d *Domain, e uint64) bool {
+func (t *entryTable) get(d *Domain, e uint64) entryCounts {
 	s := &t.shards[e%uint64(len(t.shards))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.n[exclKey(d, e)] > 0
+	return s.n[exclKey(d, e)]
 }
 
-// forget drops membership d's counts (it is gone: Replace).
-func (t *exclTable) forget(d *Domain) {
+// forgetExcl drops membership d's exclusive counts (it is gone: Replace).
+// Its releases in flight still land, and count themselves out.
+func (t *entryTable) forgetExcl(d *Domain) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for k := range s.n {
-			if uint32(k>>40) == d.id {
+		for k, c := range s.n {
+			if uint32(k>>40) != d.id {
+				continue
+			}
+			if c.releasing == 0 {
 				delete(s.n, k)
+			} else {
+				s.n[k] = entryCounts{releasing: c.releasing}
 			}
 		}
 		s.mu.Unlock()

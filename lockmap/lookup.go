@@ -73,7 +73,7 @@ func (m *Map) lookup(ctx context.Context, onLoop bool, key string) (Info, error)
 		return info, ErrWouldBlock
 	}
 	ent, err := d.Client.Read(ctx, e)
-	passing := func() bool { return d.Client.Abandoning(e) || m.releasing.held(d, e) }
+	passing := func() bool { return d.Client.Abandoning(e) || m.counts.get(d, e).releasing > 0 }
 	if err == nil && !ent.Free() && passing() && onLoop {
 		return info, ErrWouldBlock
 	}

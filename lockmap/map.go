@@ -52,12 +52,7 @@ type Map struct {
 	// draining: new acquires are refused (Drain).
 	draining atomic.Bool
 
-	excl exclTable
-	// releasing counts this proxy's releases in flight per lock entry: a
-	// Lookup that finds the entry held waits for them to land, so that a
-	// key whose lock is on its way out (an expiry the key's own client
-	// races) does not look held through another proxy.
-	releasing exclTable
+	counts entryTable // exclusive grants and releases in flight per entry
 
 	rng ranges // range locks (ranges.go)
 

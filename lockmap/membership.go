@@ -18,7 +18,7 @@ type Domain struct {
 	Client *shiftlock.Client
 	Lease  *Lease // nil: no liveness checks (tests)
 
-	id uint32 // tells memberships apart in exclTable; set by New and Replace
+	id uint32 // tells memberships apart in entryTable; set by New and Replace
 }
 
 // domIDs numbers Domains, once each, whichever map sees them first.
@@ -105,7 +105,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 		m.exp.remove(h)
 	}
 	lost = len(gone) + m.rangeForget(old)
-	m.excl.forget(old)
+	m.counts.forgetExcl(old)
 	if lost > 0 {
 		m.log.Warn("holds lost with the old membership", zap.String("memnode", d.Name), zap.Int("lost", lost))
 	}

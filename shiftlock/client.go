@@ -309,6 +309,9 @@ type holdCount struct {
 	frozenUntil time.Time
 }
 
+// idleKeep is how many entries a shard may keep at zero (update).
+const idleKeep = 8
+
 func (h *holdTable) add(entry uint64, active, waiting int32) { h.update(entry, active, waiting, 0) }
 
 // abandon counts abandoned waits on entry (delta +1 when one is given up,
@@ -316,8 +319,11 @@ func (h *holdTable) add(entry uint64, active, waiting int32) { h.update(entry, a
 func (h *holdTable) abandon(entry uint64, delta int32) { h.update(entry, 0, 0, delta) }
 
 // update changes entry's counts; an entry with nothing left (and no freeze
-// running) leaves the map. Counts are values, so the uncontended path of
-// every acquire and release allocates nothing here.
+// running) leaves the map, unless the shard is small: deleting a small
+// map's last entry makes Go draw a new hash seed, a random read on every
+// uncontended release, and a zero entry reads as an absent one everywhere.
+// Counts are values, so the uncontended path of every acquire and release
+// allocates nothing here.
 func (h *holdTable) update(entry uint64, active, waiting, abandoned int32) {
 	s := &h.shards[entry%64]
 	s.mu.Lock()
@@ -328,7 +334,7 @@ func (h *holdTable) update(entry uint64, active, waiting, abandoned int32) {
 	hc.active += active
 	hc.waiting += waiting
 	hc.abandoned += abandoned
-	if hc.active == 0 && hc.waiting == 0 && hc.abandoned == 0 && (hc.frozenUntil.IsZero() || !time.Now().Before(hc.frozenUntil)) {
+	if hc.active == 0 && hc.waiting == 0 && hc.abandoned == 0 && len(s.m) > idleKeep && (hc.frozenUntil.IsZero() || !time.Now().Before(hc.frozenUntil)) {
 		delete(s.m, entry)
 	} else {
 		s.m[entry] = hc

@@ -3,6 +3,7 @@ package shiftlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -36,6 +37,9 @@ type Guard struct {
 	pending bool // granted by owner recognition; the lock itself is still on its way
 	early   bool // released while pending: release the lock as soon as it arrives
 	lost    bool // a pending wait that ended without the lock (recovery, fabric failure)
+	// onWay mirrors pending && !lost for Pending, which every grant the
+	// proxy records asks; written under mu, read without it.
+	onWay atomic.Bool
 
 	// Writer state, passed along the queue (Algorithm 2's return values).
 	self    Tail
@@ -82,11 +86,7 @@ func (g *Guard) Mode() Mode { return g.mode }
 // Pending reports whether g was granted by owner recognition and still waits
 // in the queue for the lock itself: the lock is held by a writer with the
 // same owner, through another node or another slot (owner.go).
-func (g *Guard) Pending() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.pending && !g.lost
-}
+func (g *Guard) Pending() bool { return g.onWay.Load() }
 
 // accept validates a message on the writer's slot; a Successor is stashed.
 func (g *Guard) accept(rm rdma.Message) (message, bool) {

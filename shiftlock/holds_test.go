@@ -47,3 +47,49 @@ func TestPromoteAfterProbe(t *testing.T) {
 		t.Fatalf("the holder answered %v", got)
 	}
 }
+
+// Entries with nothing left may stay in their shard as zeros (update keeps
+// up to idleKeep, to spare Go's map a reseed per release). A zero entry
+// must read as an absent one: no hold, no abandoned wait, no freeze; and a
+// stale probe count left in it must not refuse a later waiter's promote.
+// The shard stays bounded however many entries pass through it.
+func TestIdleEntriesReadAsAbsent(t *testing.T) {
+	var h holdTable
+	const e = 5
+	h.add(e, 1, 0)
+	mark := h.wait(e)
+	h.probe(e) // counts a probe, starts a freeze
+	if ok, now, _ := h.promote(e, mark); ok {
+		t.Fatal("promote after a probe was not refused")
+	} else if ok, _, _ := h.promote(e, now); !ok {
+		t.Fatal("promote with the current mark refused")
+	}
+	h.add(e, -1, 0) // released
+
+	if got := h.probe(e); got != rdma.HoldNone {
+		t.Fatalf("a released entry answered %v", got)
+	}
+	if h.abandoning(e) {
+		t.Fatal("a released entry reads as abandoning")
+	}
+	h.add(e, 1, 0)
+	if ok, _, _ := h.promote(e, h.wait(e)); !ok {
+		t.Fatal("a new waiter on a kept entry was refused")
+	}
+	h.add(e, -1, 0)
+
+	const shards = 64
+	for i := uint64(0); i < 100; i++ {
+		x := e + i*shards // all in e's shard
+		h.add(x, 1, 0)
+		h.add(x, -1, 0)
+	}
+	if n := len(h.shards[e%shards].m); n > idleKeep {
+		t.Fatalf("a shard kept %d idle entries, more than %d", n, idleKeep)
+	}
+	for i := uint64(0); i < 100; i++ {
+		if got := h.probe(e + i*shards); got != rdma.HoldNone {
+			t.Fatalf("released entry %d answered %v", e+i*shards, got)
+		}
+	}
+}

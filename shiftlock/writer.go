@@ -356,6 +356,7 @@ func (c *Client) settle(ctx context.Context, g *Guard, finish func(context.Conte
 func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 	g.mu.Lock()
 	g.pending = true
+	g.onWay.Store(true)
 	g.mu.Unlock()
 	c.bg.Add(1)
 	go func() {
@@ -366,6 +367,7 @@ func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 		early := g.early
 		if err != nil {
 			g.lost, g.early = true, false
+			g.onWay.Store(false)
 			g.mu.Unlock()
 			c.holds.add(g.entry, 0, -1)
 			c.closeSlot(g)
@@ -375,6 +377,7 @@ func (c *Client) pend(g *Guard, w *waiter, finish func(context.Context) error) {
 			return
 		}
 		g.pending = false
+		g.onWay.Store(false)
 		g.token = g.curRel
 		g.mu.Unlock()
 		g.headOfQueue()
