@@ -77,7 +77,11 @@ func (l *Loop) RangeAcquire(ctx context.Context, key, token string, lo, hi uint6
 // (rdma.Inliner), so that its operations can run on an event loop (Loop).
 // An embedded proxy's map is; a map joined to memnode processes is not,
 // since each of its verbs waits for a network round trip.
-func (m *Map) Inline() bool {
+func (m *Map) Inline() bool { return m.inline.Load() }
+
+// inlineNow computes Inline, which every acquire on a loop asks: New and
+// Replace store it.
+func (m *Map) inlineNow() bool {
 	for i := range m.doms {
 		if !rdma.IsInline(m.doms[i].Load().Client.Endpoint()) {
 			return false

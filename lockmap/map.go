@@ -51,6 +51,7 @@ type Map struct {
 	exp     *expirer
 	// draining: new acquires are refused (Drain).
 	draining atomic.Bool
+	inline   atomic.Bool // Inline
 
 	counts entryTable // exclusive grants and releases in flight per entry
 
@@ -79,6 +80,7 @@ func New(doms []*Domain, cfg Config) *Map {
 		m.doms[i].Store(d)
 		m.entries = append(m.entries, d.Client.Entries())
 	}
+	m.inline.Store(m.inlineNow())
 	ch := make(chan struct{})
 	m.changed.Store(&ch)
 	for i := range m.shards {

@@ -68,6 +68,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 	}
 	d.number()
 	old := m.doms[i].Swap(d)
+	m.inline.Store(m.inlineNow())
 	if m.routers != nil {
 		if r := m.routers[i].Swap(newRouter(m, i, d)); r != nil {
 			r.stop()
