@@ -78,3 +78,46 @@ func TestSavedHorizonFallsToNothing(t *testing.T) {
 		t.Fatalf("saved horizon %d ms with nothing in force", h)
 	}
 }
+
+// maxFence is the largest fence word of any tree, and no less than the
+// high-water mark it started from, whether the region holds the trees
+// exactly (the one-pass scan) or has room past the last one (the loop,
+// which must not read that room as a tree).
+func TestMaxFence(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		treeBytes, bytes uint64
+	}{{"exact", 64, 4 * 64}, {"room past the last tree", 64, 4*64 + 48}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := New(Config{Entries: 8, RangeTreeBytes: c.treeBytes, RangeBytes: c.bytes, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
+			t.Cleanup(s.Close)
+			p := s.rng
+			if p.n != 4 {
+				t.Fatalf("%d trees, want 4", p.n)
+			}
+			var b [8]byte
+			put := func(off, v uint64) {
+				binary.LittleEndian.PutUint64(b[:], v)
+				if err := s.ranges.Write(off, b[:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.fenceHW = 5
+			if got := p.maxFence(); got != 5 {
+				t.Fatalf("empty trees: %d, want the high-water mark 5", got)
+			}
+			put(2*c.treeBytes, 40) // tree 2's fence
+			put(3*c.treeBytes, 30)
+			put(c.treeBytes+8, 99) // not a fence: tree 1's second word
+			if got := p.maxFence(); got != 40 {
+				t.Fatalf("maxFence %d, want 40", got)
+			}
+			if room := s.ranges.Size() - p.n*c.treeBytes; room >= 8 {
+				put(p.n*c.treeBytes, 77) // past the last tree
+				if got := p.maxFence(); got != 40 {
+					t.Fatalf("maxFence read the room past the last tree: %d", got)
+				}
+			}
+		})
+	}
+}
