@@ -18,7 +18,7 @@ type grant struct {
 	mode  shiftlock.Mode
 	g     shiftlock.Grant
 	refs  int  // guarded by grantMu
-	excl  bool // counted in Map.excl: it held the entry itself when granted
+	excl  bool // counted in Map.counts: an exclusive grant that held the entry itself when granted
 
 	// home: a lock taken here as its key's home (quorum routing).
 	home *homeEntry
@@ -39,14 +39,14 @@ func (g *grant) pending() bool {
 
 var grantMu sync.Mutex
 
-// newGrant wraps a lock-entry grant with one reference, its caller's. One
-// that holds the entry itself (not a pending grant) counts as this proxy's
-// exclusive hold of it.
+// newGrant wraps a lock-entry grant with one reference, its caller's. An
+// exclusive one that holds the entry itself (not a pending grant) counts as
+// this proxy's exclusive hold of it.
 func (m *Map) newGrant(d *Domain, di int, entry uint64, mode shiftlock.Mode, g shiftlock.Grant) *grant {
 	gr := &grant{dom: d, di: di, entry: entry, mode: mode, g: g, refs: 1}
-	if !gr.pending() {
+	if mode == shiftlock.Exclusive && !gr.pending() {
 		gr.excl = true
-		m.countExcl(gr, 1)
+		m.counts.add(d, entry, 1, 0)
 	}
 	return gr
 }
@@ -72,7 +72,7 @@ func (m *Map) lastRef(g *grant) bool {
 	grantMu.Unlock()
 	if last {
 		var excl int32
-		if g.excl && g.mode == shiftlock.Exclusive {
+		if g.excl {
 			excl = -1
 		}
 		m.counts.add(g.dom, g.entry, excl, 1)
@@ -91,12 +91,6 @@ func (m *Map) releaseLast(g *grant) {
 		m.log.Warn("release failed", zap.String("memnode", g.dom.Name), zap.Uint64("entry", g.entry), zap.Error(err))
 	}
 	m.released(g)
-}
-
-func (m *Map) countExcl(g *grant, d int32) {
-	if g.mode == shiftlock.Exclusive {
-		m.counts.add(g.dom, g.entry, d, 0)
-	}
 }
 
 // heldForOthers reports whether this proxy holds entry e of d as a key's

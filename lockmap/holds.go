@@ -40,8 +40,8 @@ func (h *hold) live(now time.Time) bool { return h.deadline.IsZero() || now.Befo
 // out; s.mu is held. An unlinked hold's grant stays taken until the expirer,
 // which still has the hold scheduled, releases it: if reaped is true, poke
 // the expirer once the lock is dropped. The clock is read only if some hold
-// has a TTL, and then only the monotonic clock (time.Until), which costs
-// half of time.Now on every release.
+// has a TTL, and then the monotonic clock alone (time.Until, half the cost
+// of time.Now on every release) until one is found expired.
 func (s *shard) current(key string) (hs []*hold, reaped bool) {
 	hs = s.keys[key]
 	for _, h := range hs {
