@@ -130,6 +130,40 @@ func TestVariantFlag(t *testing.T) {
 	}
 }
 
+// TestRotate: over as many runs as there are targets, each target runs in
+// each place once, and the target list the report reads is left in its
+// order (redis first, then the proxy).
+func TestRotate(t *testing.T) {
+	ts := []*target{{name: "redis"}, {name: "proxy"}, {name: "a"}, {name: "b"}}
+	places := map[string]map[int]bool{}
+	for r := 0; r < len(ts); r++ {
+		got := rotate(ts, r)
+		if len(got) != len(ts) {
+			t.Fatalf("run %d: %d targets, want %d", r, len(got), len(ts))
+		}
+		for i, x := range got {
+			if places[x.name] == nil {
+				places[x.name] = map[int]bool{}
+			}
+			places[x.name][i] = true
+		}
+	}
+	for _, x := range ts {
+		if len(places[x.name]) != len(ts) {
+			t.Errorf("%s ran in places %v, want every one of %d", x.name, places[x.name], len(ts))
+		}
+	}
+	if ts[0].name != "redis" || ts[1].name != "proxy" {
+		t.Errorf("rotate reordered its input: %s, %s first", ts[0].name, ts[1].name)
+	}
+	if got := rotate(ts, 5); got[0].name != "proxy" {
+		t.Errorf("run 5 starts with %s, want proxy (5 mod 4 = 1)", got[0].name)
+	}
+	if rotate(nil, 3) != nil {
+		t.Error("rotate(nil) is not nil")
+	}
+}
+
 // TestSmoke runs the whole tool briefly against the real proxy, a variant
 // of it, Redis and both null servers, and checks that the report has every
 // section, target and verdict. It asserts no timing: the numbers of so
