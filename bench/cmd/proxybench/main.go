@@ -207,12 +207,12 @@ func main() {
 }
 
 // rotate returns ts rotated left by k, the order of run k. What a
-// workload leaves behind (the client process's heap and goroutines, the
-// host's CPU state after a burst of redsync retries) slows the target that
-// comes next: with a fixed order, the first proxy after redis's hot-key
-// runs measured up to 1.4x the CPU per distinct-key cycle of the same
-// binary in second place (docs/notes/2026-11-28-limits.md, section 13).
-// Over runs, every target takes every place.
+// workload leaves behind slows the target that comes next (most likely
+// proxybench itself, the client, after redsync's retry storms on
+// redis-server): with a fixed order, a build run right after redis-server
+// read up to 1.4x another build's CPU per distinct-key cycle, and 1.04-1.13x
+// with the two swapped (docs/notes/2026-11-28-limits.md, section 13). Over
+// runs, every target takes every place.
 func rotate(ts []*target, k int) []*target {
 	if len(ts) == 0 {
 		return nil
