@@ -138,7 +138,7 @@ PROXYBENCH_ARGS ?=
 bench-proxy: deps
 	$(GO) build -o $(BIN)/ ./cmd/proxy
 	$(BENCH) $(GO) build -o ../$(BIN)/ ./cmd/proxybench
-	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 5 -doc docs/benchmarks/proxy.md $(PROXYBENCH_ARGS)
+	$(BIN)/proxybench -proxy-bin $(BIN)/proxy -runs 6 -doc docs/benchmarks/proxy.md $(PROXYBENCH_ARGS)
 
 # The lock microbenchmark tool alone (`build` builds it too).
 .PHONY: lockbench bench-micro
