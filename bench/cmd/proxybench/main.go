@@ -26,8 +26,8 @@
 // (nullserver.go): RESP front ends answering without locking, on redcon and
 // on gnet, the ceiling of the proxy's ratio.
 //
-// Targets are run alternately, several times, in an order rotated from run
-// to run (rotate), and the report gives medians
+// Targets are run alternately, several times, in an order that changes from
+// run to run (ordered), and the report gives medians
 // and same-run ratios, and judges issue 11's targets. With -doc it rewrites
 // its section of docs/benchmarks/proxy.md.
 //
@@ -122,7 +122,7 @@ func main() {
 
 	busy0, t0 := procutil.MachineBusy(), time.Now()
 	for r := 0; r < *runs; r++ {
-		for _, t := range rotate(targets, r) {
+		for _, t := range ordered(targets, r) {
 			if *hotOnly {
 				h, err := hotKey(ctx, t.proc, *clients, *hot, *hold)
 				if err != nil {
@@ -175,7 +175,7 @@ func main() {
 			}
 			fmt.Fprintln(os.Stderr)
 		}
-		for _, t := range rotate(nulls, r) {
+		for _, t := range ordered(nulls, r) {
 			if *distinctOnly {
 				printDistinct(ctx, r, t, *clients, *tput)
 				continue
@@ -206,19 +206,62 @@ func main() {
 	}
 }
 
-// rotate returns ts rotated left by k, the order of run k. What a
-// workload leaves behind slows the target that comes next (most likely
-// proxybench itself, the client, after redsync's retry storms on
-// redis-server): with a fixed order, a build run right after redis-server
-// read up to 1.4x another build's CPU per distinct-key cycle, and 1.04-1.13x
-// with the two swapped (docs/notes/2026-11-28-limits.md, section 13). Over
-// runs, every target takes every place.
-func rotate(ts []*target, k int) []*target {
-	if len(ts) == 0 {
+// ordered returns ts in the order of run k: row k of a Williams design,
+// in which, over a full cycle of rows (n of them for n targets, 2n for odd
+// n), every target takes every place equally often and follows every other
+// target equally often. What a workload leaves behind slows the target
+// that comes next (most likely proxybench itself, the client, after
+// redsync's retry storms on redis-server): with a fixed order, a build run
+// right after redis-server read up to 1.4x another build's CPU per
+// distinct-key cycle, and 1.04-1.13x with the two swapped
+// (docs/notes/2026-11-28-limits.md, section 13). Rotating alone balances
+// the places but not who comes before whom.
+func ordered(ts []*target, k int) []*target {
+	rows := williams(len(ts))
+	if len(rows) == 0 {
 		return nil
 	}
-	k %= len(ts)
-	return append(append(make([]*target, 0, len(ts)), ts[k:]...), ts[:k]...)
+	out := make([]*target, len(ts))
+	for i, j := range rows[k%len(rows)] {
+		out[i] = ts[j]
+	}
+	return out
+}
+
+// williams returns the rows of a Williams design for n treatments: the
+// first row 0, 1, n-1, 2, n-2, ..., each next row that one plus 1 (mod
+// n), and for odd n their reverses too.
+func williams(n int) [][]int {
+	if n <= 0 {
+		return nil
+	}
+	first := make([]int, n)
+	lo, hi := 1, n-1
+	for i := 1; i < n; i++ {
+		if i%2 == 1 {
+			first[i], lo = lo, lo+1
+		} else {
+			first[i], hi = hi, hi-1
+		}
+	}
+	var rows [][]int
+	for r := 0; r < n; r++ {
+		row := make([]int, n)
+		for i, x := range first {
+			row[i] = (x + r) % n
+		}
+		rows = append(rows, row)
+	}
+	if n%2 == 1 && n > 1 {
+		for r := 0; r < n; r++ {
+			row := make([]int, n)
+			for i := range row {
+				row[i] = rows[r][n-1-i]
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows
 }
 
 // printDistinct runs the distinct-keys workload once on t and prints it

@@ -130,37 +130,57 @@ func TestVariantFlag(t *testing.T) {
 	}
 }
 
-// TestRotate: over as many runs as there are targets, each target runs in
-// each place once, and the target list the report reads is left in its
-// order (redis first, then the proxy).
-func TestRotate(t *testing.T) {
-	ts := []*target{{name: "redis"}, {name: "proxy"}, {name: "a"}, {name: "b"}}
-	places := map[string]map[int]bool{}
-	for r := 0; r < len(ts); r++ {
-		got := rotate(ts, r)
-		if len(got) != len(ts) {
-			t.Fatalf("run %d: %d targets, want %d", r, len(got), len(ts))
+// TestOrdered: over a cycle of the design's rows, every target runs in
+// every place equally often and follows every other target equally often,
+// for any number of targets; and the target list the report reads keeps
+// its order (redis first, then the proxy).
+func TestOrdered(t *testing.T) {
+	for n := 1; n <= 7; n++ {
+		ts := make([]*target, n)
+		for i := range ts {
+			ts[i] = &target{name: fmt.Sprint(i)}
 		}
-		for i, x := range got {
-			if places[x.name] == nil {
-				places[x.name] = map[int]bool{}
+		rows := len(williams(n))
+		places := map[[2]string]int{}
+		follows := map[[2]string]int{}
+		for r := 0; r < rows; r++ {
+			got := ordered(ts, r)
+			seen := map[string]bool{}
+			for i, x := range got {
+				if x == nil || seen[x.name] {
+					t.Fatalf("n=%d run %d: %v is not a permutation", n, r, got)
+				}
+				seen[x.name] = true
+				places[[2]string{x.name, fmt.Sprint(i)}]++
+				if i > 0 {
+					follows[[2]string{got[i-1].name, x.name}]++
+				}
 			}
-			places[x.name][i] = true
+		}
+		for _, a := range ts {
+			for i := 0; i < n; i++ {
+				if c := places[[2]string{a.name, fmt.Sprint(i)}]; c != rows/n {
+					t.Errorf("n=%d: target %s in place %d %d times over %d runs, want %d", n, a.name, i, c, rows, rows/n)
+				}
+			}
+			for _, b := range ts {
+				if a == b || n < 2 {
+					continue
+				}
+				if c := follows[[2]string{a.name, b.name}]; c != rows/n {
+					t.Errorf("n=%d: %s right before %s %d times over %d runs, want %d", n, a.name, b.name, c, rows, rows/n)
+				}
+			}
+		}
+		if ts[0].name != "0" {
+			t.Errorf("n=%d: ordered reordered its input", n)
 		}
 	}
-	for _, x := range ts {
-		if len(places[x.name]) != len(ts) {
-			t.Errorf("%s ran in places %v, want every one of %d", x.name, places[x.name], len(ts))
-		}
+	if got := len(williams(3)); got != 6 {
+		t.Errorf("a design for 3 targets (redis, the proxy, one variant) has %d rows, want 6", got)
 	}
-	if ts[0].name != "redis" || ts[1].name != "proxy" {
-		t.Errorf("rotate reordered its input: %s, %s first", ts[0].name, ts[1].name)
-	}
-	if got := rotate(ts, 5); got[0].name != "proxy" {
-		t.Errorf("run 5 starts with %s, want proxy (5 mod 4 = 1)", got[0].name)
-	}
-	if rotate(nil, 3) != nil {
-		t.Error("rotate(nil) is not nil")
+	if ordered(nil, 3) != nil {
+		t.Error("ordered(nil) is not nil")
 	}
 }
 

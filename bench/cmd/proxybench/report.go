@@ -122,7 +122,7 @@ func render(in reportInput) string {
 	}
 	w(".")
 	w(" Each proxy takes and releases one lock right after it starts, so that its memory node has confirmed a lease horizon before the first run (a grant that needs a new horizon waits for it; docs/notes/2026-11-28-limits.md, section 12).")
-	w(" Each workload runs on every target, alternately, %d times, in an order rotated from run to run. ", in.runs)
+	w(" Each workload runs on every target, alternately, %d times, in an order that changes from run to run so that, over every %d runs, each target takes each place and follows each other target equally often (a Williams design; docs/notes/2026-11-28-limits.md, section 13). ", in.runs, len(williams(len(in.targets))))
 	w("Figures are medians of the runs; ratios are taken run by run (same run, same machine state) and the median ratio is shown. ")
 	w("CPU per operation is user + system time from /proc (10 ms ticks) over the workload's measured window, divided by the operations in it, ")
 	w("for the server process and for proxybench, which runs the clients (go-redis, redsync)")
