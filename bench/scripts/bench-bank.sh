@@ -13,7 +13,9 @@
 # (the ShiftLock client on the memory node) and none. Skews: uniform,
 # Zipf 0.99 and a hotspot; then FissLock's mobile mix on Zipf 0.99.
 #
-# Every round runs each configuration once, in a rotated order, so that the
+# Every round runs each configuration once, in an order that changes from
+# round to round (order: a Williams design, whose full cycle is n rounds for
+# n series, 2n for odd n), so that the
 # load other users put on the machine spreads over all series; the report
 # takes medians over rounds and ratios within a round. Every run measures
 # the CPU of the bank process, the data redis-server and the series' lock
@@ -180,12 +182,36 @@ one() { # setup mix skew series run
 	sed -n 's/^goodput/  &/p' "$LOGS/last.out" | head -1 | sed "s|^|$(printf '%-6s %-9s %-16s %-14s run %d:' "$setup" "$mix" "$skew" "$s" "$r")|"
 }
 
-rotate() { # k items... -> items rotated left by k
+# order k items... -> the items in row k of a Williams design: over a
+# cycle of rows (n for n items, 2n for odd n) every series runs in every
+# place, and right after every other series, equally often. A run pays for
+# the one before it (a lock-free series leaves the data redis-server and
+# the bank process busiest), which plain rotation would pin on one series
+# (docs/notes/2026-11-28-limits.md, section 13).
+order() {
 	local k=$1
 	shift
 	local a=("$@")
-	local len=${#a[@]}
-	for ((i = 0; i < len; i++)); do echo "${a[$(((i + k) % len))]}"; done
+	local n=${#a[@]}
+	((n == 0)) && return
+	local rows=$n
+	((n % 2 == 1 && n > 1)) && rows=$((2 * n))
+	k=$((k % rows))
+	local first=(0) lo=1 hi=$((n - 1)) i
+	for ((i = 1; i < n; i++)); do
+		if ((i % 2 == 1)); then
+			first+=("$lo"); lo=$((lo + 1))
+		else
+			first+=("$hi"); hi=$((hi - 1))
+		fi
+	done
+	local shift_by=$((k % n)) row=()
+	for ((i = 0; i < n; i++)); do row+=($(((first[i] + shift_by) % n))); done
+	if ((k >= n)); then # the reversed rows of an odd design
+		for ((i = n - 1; i >= 0; i--)); do echo "${a[${row[i]}]}"; done
+	else
+		for ((i = 0; i < n; i++)); do echo "${a[${row[i]}]}"; done
+	fi
 }
 
 read -r -a series <<<"$SERIES"
@@ -194,11 +220,11 @@ read -r -a pseries <<<"$PAPER_SERIES"
 read -r -a sseries <<<"$SAFETY_SERIES"
 for r in $(seq "$RUNS"); do
 	for skew in $SKEWS; do
-		for s in $(rotate $((r - 1)) "${series[@]}"); do one "" smallbank "$skew" "$s" "$r"; done
+		for s in $(order $((r - 1)) "${series[@]}"); do one "" smallbank "$skew" "$s" "$r"; done
 	done
-	for s in $(rotate $((r - 1)) "${mseries[@]}"); do one "" mobile zipf:0.99 "$s" "$r"; done
-	for s in $(rotate $((r - 1)) "${pseries[@]}"); do one paper smallbank uniform "$s" "$r"; done
-	for s in $(rotate $((r - 1)) "${sseries[@]}"); do one safety smallbank "$HOTSPOT" "$s" "$r"; done
+	for s in $(order $((r - 1)) "${mseries[@]}"); do one "" mobile zipf:0.99 "$s" "$r"; done
+	for s in $(order $((r - 1)) "${pseries[@]}"); do one paper smallbank uniform "$s" "$r"; done
+	for s in $(order $((r - 1)) "${sseries[@]}"); do one safety smallbank "$HOTSPOT" "$s" "$r"; done
 done
 
 elapsed=$(($(date +%s) - t0))
@@ -217,7 +243,7 @@ redsync v4.18.1 code with its defaults, only pointed elsewhere. null and null-3 
 servers*: the proxy's RESP front end (gnet, one event loop, redcon's parser) answering \`SET\` with +OK and the release
 script with 1, locking nothing (\`proxybench -serve-null\`). Their audits may fail, as none's do; their goodput and CPU are the
 most a lock server on the proxy's front end could give this client on this machine, in the same round. $CLIENTS clients, $WARMUP warm-up, $DURATION measured,
-$RUNS rounds; each round runs every series once, in an order rotated from round to round. Figures are medians over
+$RUNS rounds; each round runs every series once, in an order that changes from round to round so that, over a full cycle of rounds, each series runs in each place and right after each other series equally often (a Williams design). Figures are medians over
 rounds; ratios are taken within a round (same machine state) and their median is shown with the per-round values.
 Transactions whose locks could not be had are retried (up to 4 attempts, latency from the first); "dropped" counts those
 that gave up. Hotspot: \`$HOTSPOT\` (0.01% of the accounts, i.e. 100, get 90% of the draws). Hot accounts are scattered
