@@ -28,7 +28,14 @@ type inboxSlot struct {
 
 const inboxDepth = 8 // a waiter receives at most a Successor and a Handover per grant
 
-const maxSlots = 1 << 16
+// MaxTargets is how many targets an Inbox holds open at once: a Target's
+// slot index has 16 bits, because ShiftLock's lock entry names a queue's
+// tail by its node and a 24-bit target (DctQpNum in the paper's Fig. 3),
+// of which 8 bits are the generation.
+const MaxTargets = 1 << 16
+
+// ErrInboxFull: Open found MaxTargets targets open.
+var ErrInboxFull = fmt.Errorf("rdma: inbox full (%d targets open)", MaxTargets)
 
 // Open allocates a target and returns it with its receive queue.
 func (ib *Inbox) Open() (Target, <-chan Message, error) {
@@ -39,8 +46,8 @@ func (ib *Inbox) Open() (Target, <-chan Message, error) {
 		idx = ib.free[n-1]
 		ib.free = ib.free[:n-1]
 	} else {
-		if len(ib.slots) >= maxSlots {
-			return 0, nil, fmt.Errorf("rdma: inbox full (%d targets open)", maxSlots)
+		if len(ib.slots) >= MaxTargets {
+			return 0, nil, ErrInboxFull
 		}
 		idx = uint32(len(ib.slots))
 		ib.slots = append(ib.slots, &inboxSlot{ch: make(chan Message, inboxDepth)})

@@ -43,3 +43,25 @@ func TestInboxRoutesAndRefusesStale(t *testing.T) {
 		t.Fatalf("target %#x exceeds 24 bits", t3)
 	}
 }
+
+// TestInboxFull: an inbox holds MaxTargets targets at once (a lock entry
+// names a target's slot in 16 bits); past that Open fails with ErrInboxFull,
+// and a Close makes room.
+func TestInboxFull(t *testing.T) {
+	var ib Inbox
+	var last Target
+	for i := 0; i < MaxTargets; i++ {
+		tg, _, err := ib.Open()
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		last = tg
+	}
+	if _, _, err := ib.Open(); !errors.Is(err, ErrInboxFull) {
+		t.Fatalf("Open with %d open: %v, want ErrInboxFull", MaxTargets, err)
+	}
+	ib.Close(last)
+	if _, _, err := ib.Open(); err != nil {
+		t.Fatalf("Open after a Close: %v", err)
+	}
+}

@@ -35,6 +35,10 @@ func errReply(err error) string {
 		return "TRYAGAIN shiftlock-proxy is rejoining the memory node; retry: " + err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "TRYAGAIN request abandoned: " + err.Error()
+	case errors.Is(err, rdma.ErrInboxFull):
+		// Each lock this proxy holds or waits for keeps a waiter slot, and a
+		// lock entry names slots in 16 bits.
+		return fmt.Sprintf("ERR shiftlock-proxy already holds or waits for %d locks at once, its limit: release some, or spread the clients over more proxies", rdma.MaxTargets)
 	}
 	return "ERR " + err.Error()
 }

@@ -29,12 +29,26 @@ type scriptOps struct {
 
 var _ scripts.Ops = (*scriptOps)(nil)
 
-// note records ErrWouldBlock for the event loop.
-func (o *scriptOps) note(err error) {
+// note records ErrWouldBlock for the event loop, and gives any other
+// error the text the same error gets as a command's reply (errReply), so
+// that a script's client sees the same TRYAGAIN or limit as SET's.
+func (o *scriptOps) note(err error) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, lockmap.ErrWouldBlock) {
 		o.st.blocked = true
+		return err
 	}
+	return replyError{err}
 }
+
+// replyError is a lock-table error as a script returns it: its text is
+// the command reply's, code included (scripts keep a code they are given).
+type replyError struct{ err error }
+
+func (e replyError) Error() string { return errReply(e.err) }
+func (e replyError) Unwrap() error { return e.err }
 
 func (o *scriptOps) Get(key string) (string, bool) {
 	if o.st.blocked {
@@ -42,7 +56,7 @@ func (o *scriptOps) Get(key string) (string, bool) {
 	}
 	in, err := o.st.table().Lookup(o.st.base, key)
 	if err != nil {
-		o.note(err)
+		_ = o.note(err)
 		return "", false
 	}
 	switch in.State {
@@ -66,7 +80,7 @@ func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reen
 			if !ok && err == nil {
 				o.s.retries.Refused(keys[0], token)
 			}
-			return ok, err
+			return ok, o.note(err)
 		}
 	}
 	opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: ttl, Reentrant: reentrant, Wait: o.s.cfg.Wait.BudgetFor(&o.s.retries, &o.st.habit, keys[0], token, ttl), Queue: o.st.queueHook}
@@ -79,18 +93,16 @@ func (o *scriptOps) Acquire(keys []string, token string, ttl time.Duration, reen
 			o.st.queued = queuedAcquire{q: q, key: keys[0], token: token}
 			err = lockmap.ErrWouldBlock
 		}
-		o.note(err)
 		if !ok && err == nil {
 			o.s.retries.Refused(keys[0], token)
 		}
-		return ok, err
+		return ok, o.note(err)
 	}
 	_, ok, err := o.st.table().Acquire(o.st.base, keys, token, opt)
-	o.note(err)
 	if !ok && err == nil {
 		o.s.retries.Refused(keys[0], token) // its next try is a retry
 	}
-	return ok, err
+	return ok, o.note(err)
 }
 
 func (o *scriptOps) Release(key, token string) (bool, error) {
@@ -105,8 +117,7 @@ func (o *scriptOps) Extend(key, token string, ttl time.Duration) (bool, error) {
 		return false, lockmap.ErrWouldBlock
 	}
 	ok, err := o.st.table().Extend(o.st.base, key, token, ttl)
-	o.note(err)
-	return ok, err
+	return ok, o.note(err)
 }
 
 func (o *scriptOps) Reassign(keys, from []string, token string, ttl time.Duration) (bool, error) {
@@ -114,8 +125,7 @@ func (o *scriptOps) Reassign(keys, from []string, token string, ttl time.Duratio
 		return false, lockmap.ErrWouldBlock
 	}
 	ok, err := o.st.table().Reassign(o.st.base, keys, from, token, ttl)
-	o.note(err)
-	return ok, err
+	return ok, o.note(err)
 }
 
 func (o *scriptOps) PTTL(key string) (int64, error) {
@@ -124,8 +134,7 @@ func (o *scriptOps) PTTL(key string) (int64, error) {
 	}
 	in, err := o.st.table().Lookup(o.st.base, key)
 	if err != nil {
-		o.note(err)
-		return 0, err
+		return 0, o.note(err)
 	}
 	switch {
 	case in.State == lockmap.Free:
