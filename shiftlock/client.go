@@ -131,6 +131,9 @@ var (
 	ErrLost = errors.New("shiftlock: lock lost")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("shiftlock: client closed")
+	// ErrTooManyReaders: MaxReaders readers already hold or wait for the
+	// entry. The reader that found so is not counted.
+	ErrTooManyReaders = fmt.Errorf("shiftlock: %d readers already hold or wait for this lock entry, its limit", MaxReaders)
 )
 
 // errReset is internal: the entry was recovered while we waited; start over.

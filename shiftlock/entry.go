@@ -80,3 +80,11 @@ func behind(now, want uint64) bool {
 	d := int64(want - now)
 	return d > 0 && d < rdma.RecoveryLeap/2
 }
+
+// MaxReaders is how many readers may hold or wait for one entry. RdrCnt has
+// 23 bits, and one reader more than it holds would carry it to zero: the
+// entry would read as free with every reader inside. A reader's FAA adds
+// before it can look, so the limit is half the field: past it a reader
+// backs out (ErrTooManyReaders), and the increments in flight from every
+// node at once would have to number 2^22 to reach the top.
+const MaxReaders = 1 << 22

@@ -48,7 +48,16 @@ func (c *Client) acquireShared(ctx context.Context, i uint64, h *Hooks) (*Guard,
 	c.traced(PhaseReaderIA, t0)
 	h.arrived()
 	e := Entry(old)
+	full := e.Readers() >= MaxReaders
 	if e.Tail().IsZero() {
+		if full {
+			// Counted, so leave as a reader that came and went: a writer
+			// arriving now may wait for this release in RelCnt.
+			if err := c.releaseShared(context.Background(), g); err != nil {
+				return nil, err
+			}
+			return nil, ErrTooManyReaders
+		}
 		g.token = e.RelCnt()
 		c.stats.Immediate.Add(1)
 		c.stats.SharedGrants.Add(1)
@@ -58,6 +67,11 @@ func (c *Client) acquireShared(ctx context.Context, i uint64, h *Hooks) (*Guard,
 	g.waited = true
 	c.stats.Waits.Add(1)
 	rw := c.waitEpoch(i, e.Epoch(), e.RelCnt(), e.Tail().Node)
+	if full {
+		// A waiting reader cannot leave before its epoch (see above).
+		c.abandonShared(g, rw, e, mark)
+		return nil, ErrTooManyReaders
+	}
 	qctx, stop := h.queued(ctx)
 	defer stop()
 	var res readResult
@@ -78,25 +92,7 @@ func (c *Client) acquireShared(ctx context.Context, i uint64, h *Hooks) (*Guard,
 		}
 		// We cannot leave before our epoch: finish in the background and
 		// release at once.
-		c.stats.Abandoned.Add(1)
-		c.holds.abandon(i, 1)
-		c.bg.Add(1)
-		go func() {
-			defer c.bg.Done()
-			defer c.holds.abandon(i, -1)
-			res := <-rw.res
-			if res.err == nil {
-				res.err = c.enter(context.Background(), i, e.RelCnt(), mark)
-			}
-			if res.err != nil {
-				c.holds.add(i, 0, -1)
-				return
-			}
-			g.done = true
-			if err := c.releaseShared(context.Background(), g); err != nil {
-				c.log.Warn("releasing abandoned shared lock", zap.Uint64("entry", i), zap.Error(err))
-			}
-		}()
+		c.abandonShared(g, rw, e, mark)
 		return nil, qctx.Err()
 	}
 	if res.err == nil {
@@ -111,6 +107,32 @@ func (c *Client) acquireShared(ctx context.Context, i uint64, h *Hooks) (*Guard,
 	g.token = res.e.RelCnt()
 	c.stats.SharedGrants.Add(1)
 	return g, nil
+}
+
+// abandonShared lets g, a reader counted in entry e (read by its FAA) and
+// waiting for its epoch (rw), go: the wait completes in the background and
+// the grant is released at once.
+func (c *Client) abandonShared(g *Guard, rw *readWaiter, e Entry, mark uint32) {
+	i := g.entry
+	c.stats.Abandoned.Add(1)
+	c.holds.abandon(i, 1)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		defer c.holds.abandon(i, -1)
+		res := <-rw.res
+		if res.err == nil {
+			res.err = c.enter(context.Background(), i, e.RelCnt(), mark)
+		}
+		if res.err != nil {
+			c.holds.add(i, 0, -1)
+			return
+		}
+		g.done = true
+		if err := c.releaseShared(context.Background(), g); err != nil {
+			c.log.Warn("releasing abandoned shared lock", zap.Uint64("entry", i), zap.Error(err))
+		}
+	}()
 }
 
 // TryShared takes entry i as a reader only if no writer is queued or
@@ -142,6 +164,11 @@ func (c *Client) TryShared(ctx context.Context, i uint64) (*Guard, bool, error) 
 			return &Guard{c: c, entry: i, mode: Shared, token: e.RelCnt()}, true, nil
 		}
 		readers = e.Readers()
+		if readers >= MaxReaders {
+			// The next CAS would count one more than MaxReaders.
+			c.holds.add(i, -1, 0)
+			return nil, false, ErrTooManyReaders
+		}
 	}
 	c.holds.add(i, -1, 0)
 	c.stats.TryFailures.Add(1)
