@@ -302,8 +302,13 @@ func (a *acquisition) begin(m *Map, keys []string, token string, opt AcquireOpti
 	ws := m.wants(a.wbuf[:0], keys)
 	a.fresh = ws[:0]
 	for _, w := range ws {
-		h, others := m.holdsOf(w.key, token)
+		h, others, full := m.holdsOf(w.key, token)
 		a.othersHere = a.othersHere || others
+		if full && h == nil && opt.Mode == shiftlock.Shared {
+			a.settled = true
+			a.err = fmt.Errorf("%w (%q)", ErrTooManyHolders, w.key)
+			return nil
+		}
 		if h != nil {
 			if opt.Reentrant && h.mode == shiftlock.Exclusive && opt.Mode == shiftlock.Exclusive {
 				a.refresh = append(a.refresh, h)

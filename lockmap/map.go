@@ -6,6 +6,7 @@ package lockmap
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +120,10 @@ func (m *Map) Where(key string) (*Domain, uint64) {
 // Errors from Map operations.
 var (
 	ErrHeldByToken = errors.New("lockmap: key is already held by this token")
-	ErrBadTTL      = errors.New("lockmap: TTL must be positive")
+	// ErrTooManyHolders refuses a new holder of a key that has
+	// MaxHoldersPerKey through this proxy already.
+	ErrTooManyHolders = fmt.Errorf("lockmap: %d shared holders of this key through this proxy already, its limit", MaxHoldersPerKey)
+	ErrBadTTL         = errors.New("lockmap: TTL must be positive")
 	// ErrDraining refuses an acquire on a proxy that is shutting down.
 	ErrDraining = errors.New("lockmap: the proxy is shutting down and grants no new locks")
 )

@@ -35,6 +35,8 @@ func errReply(err error) string {
 		return "TRYAGAIN shiftlock-proxy is rejoining the memory node; retry: " + err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "TRYAGAIN request abandoned: " + err.Error()
+	case errors.Is(err, lockmap.ErrTooManyHolders):
+		return fmt.Sprintf("ERR shiftlock-proxy: %d shared holders of this key through this proxy already, its limit: release some, or take the key through another proxy", lockmap.MaxHoldersPerKey)
 	case errors.Is(err, shiftlock.ErrTooManyReaders):
 		return fmt.Sprintf("ERR shiftlock-proxy: %d shared holders already hold or wait for this lock (or for one that shares its lock entry), its limit: release some", shiftlock.MaxReaders)
 	case errors.Is(err, rdma.ErrInboxFull):
