@@ -386,8 +386,9 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 			}
 		}
 	}
+	var idx grantIndex
 	for _, w := range a.fresh {
-		if grantOf(a.got, w.di, w.entry) != nil {
+		if idx.of(a.got, w.di, w.entry) != nil {
 			continue // another key of this acquire shares the entry
 		}
 		took, err := a.lockEntry(ctx, w)
@@ -480,8 +481,13 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 	}
 	// Every memory node we hold on must have our lease cover the deadline,
 	// pending grants included: their lock may arrive at any moment.
-	for i, gr := range a.got {
-		if gr.remote() || gr.dom.Lease == nil || coveredBy(a.got[:i], gr.dom) {
+	var seen []*Domain // of got so far: a few memory nodes, however many keys
+	for _, gr := range a.got {
+		dup := slices.Contains(seen, gr.dom)
+		if !dup {
+			seen = append(seen, gr.dom)
+		}
+		if gr.remote() || gr.dom.Lease == nil || dup {
 			continue // a share's lease is its home's
 		}
 		if covered, err := cover(ctx, gr.dom.Lease, end, opt.TTL, block); err != nil {
@@ -517,9 +523,10 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 	// from here on, every key holding it owns one.
 	var hbuf [1]*hold
 	holds := hbuf[:0]
+	var idx grantIndex
 	for _, w := range a.fresh {
 		h := &hold{key: w.key, token: a.token, mode: opt.Mode, deadline: end, ttl: opt.TTL, since: now, expIdx: -1}
-		if gr := grantOf(a.got, w.di, w.entry); gr != nil {
+		if gr := idx.of(a.got, w.di, w.entry); gr != nil {
 			h.dom, h.fence, h.g = gr.dom, fenceOf(gr.g), gr
 		} else {
 			h.dom, h.fence = m.doms[w.di].Load(), a.shadow
@@ -573,15 +580,30 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 			}
 		}
 	}
-	for i, k := range a.keys {
-		for _, h := range a.refresh {
-			if h.key == k {
-				a.fences[i] = h.fence
+	if len(a.keys) <= smallScan {
+		for i, k := range a.keys {
+			for _, h := range a.refresh {
+				if h.key == k {
+					a.fences[i] = h.fence
+				}
+			}
+			for _, h := range holds {
+				if h.key == k {
+					a.fences[i] = h.fence
+				}
 			}
 		}
+	} else {
+		fence := make(map[string]uint64, len(a.refresh)+len(holds))
+		for _, h := range a.refresh {
+			fence[h.key] = h.fence
+		}
 		for _, h := range holds {
-			if h.key == k {
-				a.fences[i] = h.fence
+			fence[h.key] = h.fence // after refresh, as the scan above
+		}
+		for i, k := range a.keys {
+			if f, ok := fence[k]; ok {
+				a.fences[i] = f
 			}
 		}
 	}
@@ -605,10 +627,19 @@ type want struct {
 // order (memory node, entry) that keeps multi-key acquires from
 // deadlocking.
 func (m *Map) wants(ws []want, keys []string) []want {
+	var seen map[string]struct{} // for many keys: a scan per key is n²
+	if len(keys) > smallScan {
+		seen = make(map[string]struct{}, len(keys))
+	}
 	for _, k := range keys {
 		dup := false
-		for _, w := range ws {
-			dup = dup || w.key == k
+		if seen != nil {
+			_, dup = seen[k]
+			seen[k] = struct{}{}
+		} else {
+			for _, w := range ws {
+				dup = dup || w.key == k
+			}
 		}
 		if dup {
 			continue
@@ -637,16 +668,34 @@ func grantOf(got []*grant, di int, e uint64) *grant {
 	return nil
 }
 
-// coveredBy reports whether a grant of got is on d (whose lease then
-// already covers the deadline).
-func coveredBy(got []*grant, d *Domain) bool {
-	for _, gr := range got {
-		if gr.dom == d {
-			return true
+// grantIndex is grantOf for the many keys of one acquire: a scan per key
+// made an acquire of n keys cost n² (a script may name 65,000 keys; 16,000
+// took 10 s). It indexes got, which may only grow between lookups, once got
+// is longer than a short scan.
+type grantIndex struct {
+	by map[[2]uint64]*grant
+	n  int // got[:n] are in by
+}
+
+func (x *grantIndex) of(got []*grant, di int, e uint64) *grant {
+	if len(got) <= smallScan {
+		return grantOf(got, di, e)
+	}
+	if x.by == nil {
+		x.by = make(map[[2]uint64]*grant, len(got))
+	}
+	for _, gr := range got[x.n:] {
+		k := [2]uint64{uint64(gr.di), gr.entry}
+		if _, dup := x.by[k]; !dup {
+			x.by[k] = gr // the first, as grantOf finds
 		}
 	}
-	return false
+	x.n = len(got)
+	return x.by[[2]uint64{uint64(di), e}]
 }
+
+// smallScan is how many items a linear search takes before an index pays.
+const smallScan = 16
 
 // record adds holds to the table, all or none: an exclusive hold is not
 // added while the key has a hold of another token here. That can only be a
