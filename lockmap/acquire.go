@@ -481,7 +481,8 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 	}
 	// Every memory node we hold on must have our lease cover the deadline,
 	// pending grants included: their lock may arrive at any moment.
-	var seen []*Domain // of got so far: a few memory nodes, however many keys
+	var seenBuf [4]*Domain
+	seen := seenBuf[:0] // of got so far: a few memory nodes, however many keys
 	for _, gr := range a.got {
 		dup := slices.Contains(seen, gr.dom)
 		if !dup {
