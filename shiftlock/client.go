@@ -150,6 +150,7 @@ type Client struct {
 	holds  holdTable
 	rpoll  [64]pollShard
 	stats  Stats
+	pace   checkPace // of the waiters' failure checks
 	closed atomic.Bool
 	svc    atomic.Pointer[func(rdma.Message) error] // BindService
 	rprobe atomic.Pointer[func(uint64) rdma.Hold]   // SetRangeProbe

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +31,7 @@ type waiter struct {
 
 	lastRel   uint64
 	lastMove  time.Time
+	lastCheck time.Time // or the wait's start (checkPace)
 	nextCheck time.Time
 	stale     time.Duration // current patience before asking for recovery
 	refusals  int
@@ -43,9 +46,58 @@ func (c *Client) newWaiter(entry, base uint64, blocker rdma.NodeID) *waiter {
 	return &waiter{
 		c: c, entry: entry, base: base, blocker: blocker,
 		lastRel: base, lastMove: now,
-		nextCheck: now.Add(c.cfg.CheckInterval),
+		lastCheck: now,
+		nextCheck: now.Add(c.pace.next(now, c.cfg.CheckInterval, 0)),
 		stale:     c.cfg.StaleAfter,
 	}
+}
+
+// checkPace spreads the failure checks of a client's waiters so that
+// together they run about checkBudget times per CheckInterval. Each check
+// wakes its waiter and reads the memory node: at one per CheckInterval
+// each, 20,000 waiters on one proxy (one hot key, a thundering herd of
+// callers) spent the proxy's CPU on checks, and the handover chain behind
+// them slowed to a few grants a second. Past the budget every waiter's
+// interval grows in proportion to the waiters, so that a long queue detects
+// a failure later (CheckInterval times waiters/checkBudget) and a short one
+// as before.
+//
+// It counts checks, not waiters, so nothing can leak: each check adds the
+// time since its waiter's previous one, in CheckIntervals, and over one
+// CheckInterval those add up to the number of waiters. (Pacing by the
+// checks counted instead settles at the square root of waiters times the
+// budget.)
+type checkPace struct {
+	mu    sync.Mutex
+	start time.Time // of the current window, CheckInterval long
+	sum   float64   // waiters seen in it: the checks' elapsed times over CheckInterval
+	prev  float64   // in the window before it (0 if that one is older)
+}
+
+// checkBudget is how many checks a client's waiters run per CheckInterval
+// before their intervals grow: 10,000 a second at the default 100 ms.
+const checkBudget = 1000
+
+// next counts a check at now whose waiter last checked (or began) elapsed
+// ago (0: a new waiter, not a check), and returns the interval until the
+// waiter's next check.
+func (p *checkPace) next(now time.Time, base, elapsed time.Duration) time.Duration {
+	p.mu.Lock()
+	if d := now.Sub(p.start); d >= base {
+		p.prev = p.sum
+		if d >= 2*base {
+			p.prev = 0
+		}
+		p.start, p.sum = now, 0
+	}
+	p.sum += float64(elapsed) / float64(base)
+	waiters := max(p.prev, p.sum)
+	p.mu.Unlock()
+	if waiters <= checkBudget {
+		return base
+	}
+	// Jittered, so that waiters that came together do not check together.
+	return time.Duration(float64(base) * waiters / checkBudget * (0.9 + 0.2*rand.Float64()))
 }
 
 func (w *waiter) stop() {
@@ -161,7 +213,8 @@ func (w *waiter) await(ctx context.Context, g *Guard) (message, error) {
 func (w *waiter) check(ctx context.Context) error {
 	c := w.c
 	now := time.Now()
-	w.nextCheck = now.Add(c.cfg.CheckInterval)
+	w.nextCheck = now.Add(c.pace.next(now, c.cfg.CheckInterval, now.Sub(w.lastCheck)))
+	w.lastCheck = now
 	// A poller that saw RelCnt move within the last interval has its
 	// answer without asking: a dead blocker stops the releases it waits
 	// for, so the check resumes once they stop, and the poll's own reads
