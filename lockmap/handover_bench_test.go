@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
@@ -88,11 +89,7 @@ func BenchmarkCycle(b *testing.B) {
 func BenchmarkAcquireManyKeys(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			host := memnode.New(memnode.Config{Entries: 1 << 22, DeadAfter: time.Hour})
-			defer host.Close()
-			ep, _ := memfab.New(host).Join("bench")
-			m := lockmap.New([]*lockmap.Domain{{Name: "e", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
-			defer m.Close()
+			m, _ := maptest.Embedded(b, memnode.Config{Entries: 1 << 22, DeadAfter: time.Hour}, lockmap.Config{})
 			ctx := context.Background()
 			opt := lockmap.AcquireOptions{Mode: shiftlock.Exclusive, TTL: 10 * time.Second}
 			keys := make([]string, n)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/lockmap"
+	"github.com/shiftlock/shiftlock-proxy/lockmap/maptest"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
-	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
@@ -17,11 +17,7 @@ import (
 // the keys that share it, answers each key's fence in the keys' order,
 // skips a repeated key, and holds every key until its release.
 func TestAcquireManyKeysSharingEntries(t *testing.T) {
-	host := memnode.New(memnode.Config{Entries: 32, DeadAfter: time.Hour})
-	t.Cleanup(host.Close)
-	ep, _ := memfab.New(host).Join("t")
-	m := lockmap.New([]*lockmap.Domain{{Name: "e", Client: shiftlock.NewClient(ep, shiftlock.Config{})}}, lockmap.Config{})
-	t.Cleanup(m.Close)
+	m, _ := maptest.Embedded(t, memnode.Config{Entries: 32, DeadAfter: time.Hour}, lockmap.Config{})
 	ctx := context.Background()
 	var keys []string
 	for i := 0; i < 60; i++ { // 60 keys on 32 entries: many share one
