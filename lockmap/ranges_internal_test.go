@@ -53,7 +53,9 @@ func TestRangeRepairsUnderLoad(t *testing.T) {
 	var hist []grant
 	var bad, granted, tries atomic.Int64
 	const wantGrants, wantRepairs = 400, 15
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A bound on a hang, not a pace: under a loaded CI (other tests beside
+	// it, -race) a minute gave 336 of the 400 grants.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := 0; w < 12; w++ {
@@ -166,7 +168,7 @@ func TestRangeRepairsUnderLoad(t *testing.T) {
 		}
 	}
 	if granted.Load() < wantGrants || host.Stats().RangeRepairs.Load() < wantRepairs {
-		t.Fatalf("only %d grants and %d repairs in a minute", granted.Load(), host.Stats().RangeRepairs.Load())
+		t.Fatalf("only %d grants and %d repairs in 4 minutes", granted.Load(), host.Stats().RangeRepairs.Load())
 	}
 	// Everything released: every name is unbound, once repairs under way
 	// are over.
