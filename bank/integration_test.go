@@ -107,15 +107,18 @@ func TestLockersKeepTheBooks(t *testing.T) {
 	}
 }
 
-// interleave runs first under l, and, while first holds its locks between
-// its reads and its writes (ExecOptions.Hold), runs second from start to
-// end. Under a lock that works, second can only start once first's lock is
+// interleave runs first under l1, and, while first holds its locks between
+// its reads and its writes (ExecOptions.Hold), runs second under l2 from
+// start to end. The two lockers lock the same servers; only their TTLs
+// differ: first's is short so that it runs out while first holds, and
+// second's must cover second's whole transaction, which on a loaded CI
+// machine can take longer than first's 20 ms. Under a lock that works, second can only start once first's lock is
 // gone: the lockers wait for it (redlock-rs retries, LOCK.ACQUIRE queues),
 // so with a short TTL second runs exactly when first's lock has expired,
 // and first then writes what it computed from its stale read. Nothing is
 // left to the scheduler. The bank is audited over the two, counting the
 // deltas and overdrafts of the transactions that committed, as Run does.
-func (c *cluster) interleave(t *testing.T, l bank.Locker, opt bank.ExecOptions, first, second bank.Txn) (a bank.Audit, err1, err2 error) {
+func (c *cluster) interleave(t *testing.T, l1, l2 bank.Locker, opt bank.ExecOptions, first, second bank.Txn) (a bank.Audit, err1, err2 error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -128,9 +131,9 @@ func (c *cluster) interleave(t *testing.T, l bank.Locker, opt bank.ExecOptions, 
 	opt1 := opt
 	opt1.Hold = func() {
 		ran = true
-		o2, err2 = bank.Exec(ctx, c.data, l, second, opt)
+		o2, err2 = bank.Exec(ctx, c.data, l2, second, opt)
 	}
-	o1, err1 := bank.Exec(ctx, c.data, l, first, opt1)
+	o1, err1 := bank.Exec(ctx, c.data, l1, first, opt1)
 	if !ran {
 		t.Fatalf("the first transaction ended before its writes: %v", err1)
 	}
@@ -150,7 +153,7 @@ func (c *cluster) interleave(t *testing.T, l bank.Locker, opt bank.ExecOptions, 
 		}
 	}
 	a.Check()
-	t.Logf("%s: first %v; second %v; audit OK=%v %v", l.Name(), err1, err2, a.OK, a.Problems)
+	t.Logf("%s: first %v; second %v; audit OK=%v %v", l1.Name(), err1, err2, a.OK, a.Problems)
 	return a, err1, err2
 }
 
@@ -173,7 +176,7 @@ func TestAuditCatchesNoLocks(t *testing.T) {
 	c := startCluster(t)
 	const acct = 7
 	start := c.balance(t, bank.CheckingKey(acct))
-	a, _, _ := c.interleave(t, bank.NoLocker{}, bank.ExecOptions{Writes: bank.WritesSet},
+	a, _, _ := c.interleave(t, bank.NoLocker{}, bank.NoLocker{}, bank.ExecOptions{Writes: bank.WritesSet},
 		bank.Txn{Type: bank.DepositChecking, A: acct, Amount: 100}, bank.Txn{Type: bank.DepositChecking, A: acct, Amount: 1000})
 	if a.OK || a.Mismatch != -1000 {
 		t.Errorf("absolute writes without locks: audit OK=%v, mismatch %d, want the second deposit's -1000 lost", a.OK, a.Mismatch)
@@ -188,7 +191,7 @@ func TestAuditCatchesNoLocks(t *testing.T) {
 		t.Fatalf("account %d has savings %d: pick one with money", acct, savings)
 	}
 	withdraw := bank.Txn{Type: bank.TransactSavings, A: acct, Amount: -savings}
-	a, _, _ = c.interleave(t, bank.NoLocker{}, bank.ExecOptions{Writes: bank.WritesIncr}, withdraw, withdraw)
+	a, _, _ = c.interleave(t, bank.NoLocker{}, bank.NoLocker{}, bank.ExecOptions{Writes: bank.WritesIncr}, withdraw, withdraw)
 	if a.OK || a.Overdrawn != 1 || a.After.NegativeSavings == 0 {
 		t.Errorf("delta writes without locks: audit OK=%v, %d overdrawn writes, %d negative savings; want the first withdrawal's write overdrawn", a.OK, a.Overdrawn, a.After.NegativeSavings)
 	}
@@ -215,8 +218,13 @@ func TestShortTTLCorruptsRedLockButNotFencedProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rl.Close()
+	rl2, err := bank.NewRedlockRSLocker(c.lockRedis[:1], 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl2.Close()
 	start := c.balance(t, bank.CheckingKey(acct))
-	a, err1, err2 := c.interleave(t, rl, bank.ExecOptions{Writes: bank.WritesSet}, first, second)
+	a, err1, err2 := c.interleave(t, rl, rl2, bank.ExecOptions{Writes: bank.WritesSet}, first, second)
 	if !errors.Is(err1, bank.ErrRelease) || err2 != nil {
 		t.Errorf("redlock-rs: first %v (want its lock gone at release), second %v", err1, err2)
 	}
@@ -232,8 +240,13 @@ func TestShortTTLCorruptsRedLockButNotFencedProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fl.Close()
+	fl2, err := bank.NewLockCmdLocker(c.proxies[0], 30*time.Second, 30*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl2.Close()
 	start = c.balance(t, bank.CheckingKey(acct))
-	a, err1, err2 = c.interleave(t, fl, bank.ExecOptions{Writes: bank.WritesSet, Fence: true}, first, second)
+	a, err1, err2 = c.interleave(t, fl, fl2, bank.ExecOptions{Writes: bank.WritesSet, Fence: true}, first, second)
 	if !errors.Is(err1, bank.ErrFenced) || err2 != nil {
 		t.Errorf("fenced proxy: first %v (want fenced out), second %v", err1, err2)
 	}
