@@ -48,8 +48,12 @@ import (
 // loopIO is what the loop needs of a connection: gnet.Conn's view of the
 // buffered input, and its write.
 type loopIO interface {
-	// Peek(-1) returns every buffered input byte, valid until Discard.
+	// Peek(n) returns the first n buffered input bytes (n <= 0: all of
+	// them), valid until Discard. gnet copies them when its buffer
+	// wraps, so the loop peeks a window, not all its input (peekWindow).
 	Peek(n int) ([]byte, error)
+	// InboundBuffered is how many input bytes are buffered.
+	InboundBuffered() int
 	// Discard drops n > 0 bytes from the front of the input.
 	Discard(n int) (int, error)
 	Write(p []byte) (int, error)
@@ -63,9 +67,12 @@ type loopConn struct {
 	loop *lockmap.Loop // the lock map as lock commands on the loop use it
 	g    *wire.Guard
 	seen int // bytes at the front of the buffered input the guard has checked
-	p    cmdParser
-	wake func() // has the loop call onTraffic again (gnet: Conn.Wake)
-	bell *loopBell
+	// window is how many input bytes the next pass peeks (peekWindow,
+	// more while the command at the front is longer).
+	window int
+	p      cmdParser
+	wake   func() // has the loop call onTraffic again (gnet: Conn.Wake)
+	bell   *loopBell
 	// io is the connection as the loop writes to it, for serveWoken; nil
 	// until the front end sets it. gone: closed (closeLoopConn). woken:
 	// in bell.woken (guarded by bell.wmu).
@@ -108,6 +115,15 @@ type loopConn struct {
 // hold up to MaxOutputBytes of replies, and the Go heap as much again,
 // where its unread input is 50 times smaller.
 const pauseAt = 1 << 20
+
+// peekWindow is how much of a connection's buffered input a pass looks at
+// first. Input piles up while the connection is paused (a client that
+// pipelines and does not read) or waits behind its own commands, up to
+// MaxOutputBytes; a pass that peeked all of it had gnet copy it whole, on
+// every pass of 64 KiB of replies: a client flooding PINGs had the loop
+// copy gigabytes a second, the other clients of the loop waited 100 times
+// longer, and the heap held 200 MB for one connection.
+const peekWindow = 64 << 10
 
 // pausePoll is how often a paused connection looks whether its socket has
 // drained: gnet reports no writable event to its handler.
@@ -190,7 +206,7 @@ func (s *Server) serveWoken(b *loopBell, skip *loopConn) {
 		case lc.io == nil || lc.closing || lc.paused.Load() || lc.st.killed.Load():
 			lc.wake()
 		default:
-			if in, _ := lc.io.Peek(-1); len(in) > 0 {
+			if lc.io.InboundBuffered() > 0 {
 				lc.wake()
 				continue
 			}
@@ -338,8 +354,7 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 // gone out. The input it buffers meanwhile counts against MaxOutputBytes
 // with the replies: a client that never reads is closed, as the limit says.
 func (s *Server) pause(lc *loopConn, io loopIO) (closing bool) {
-	in, _ := io.Peek(-1)
-	if s.overOutput(lc, io.OutboundBuffered()+len(in)+lc.q.held) {
+	if s.overOutput(lc, io.OutboundBuffered()+io.InboundBuffered()+lc.q.held) {
 		return true
 	}
 	if lc.paused.CompareAndSwap(false, true) {
@@ -355,7 +370,11 @@ func (s *Server) pause(lc *loopConn, io loopIO) (closing bool) {
 // describes; more is set when it stopped to write a full batch of replies
 // and there is input left to run.
 func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
-	in, _ := io.Peek(-1)
+	buffered := io.InboundBuffered()
+	if lc.window == 0 {
+		lc.window = peekWindow
+	}
+	in, _ := io.Peek(min(buffered, lc.window))
 	if err := lc.feed(in); err != nil {
 		s.fatal(lc, io, "ERR "+err.Error())
 		return true, false
@@ -368,9 +387,24 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 		_, _ = io.Discard(n)
 		lc.seen -= n
 	}
+	if act == actNone && len(in) < buffered {
+		// The batch ran what the window holds, and the input goes on.
+		// With no whole command in it, the window grows, up to the
+		// longest command there can be; past that the rest is too long.
+		// It shrinks again once commands take less than half of it.
+		if n > 0 {
+			if n < lc.window/2 {
+				lc.window = max(lc.window/2, peekWindow)
+			}
+			act = actMore
+		} else if lc.window <= s.cfg.MaxCommandBytes {
+			lc.window = min(2*lc.window, s.cfg.MaxCommandBytes+1)
+			act = actMore
+		}
+	}
 	if act == actMore {
 		more, act = true, actNone
-	} else if rest := len(in) - n; rest > s.cfg.MaxCommandBytes && act != actClose && act != actFatal {
+	} else if rest := buffered - n; rest > s.cfg.MaxCommandBytes && act != actClose && act != actFatal {
 		// What is left is one incomplete command, or a pipeline behind
 		// commands still running.
 		if act == actFull || act == actSettle {

@@ -15,8 +15,14 @@ type sinkConn struct {
 	writes int
 }
 
-func (c *sinkConn) Peek(int) ([]byte, error)   { return c.in, nil }
+func (c *sinkConn) Peek(n int) ([]byte, error) {
+	if n <= 0 || n > len(c.in) {
+		return c.in, nil
+	}
+	return c.in[:n], nil
+}
 func (c *sinkConn) Discard(n int) (int, error) { c.in = c.in[n:]; return n, nil }
+func (c *sinkConn) InboundBuffered() int       { return len(c.in) }
 func (c *sinkConn) OutboundBuffered() int      { return 0 }
 func (c *sinkConn) Write(p []byte) (int, error) {
 	c.last = append(c.last[:0], p...)

@@ -31,14 +31,20 @@ type fakeConn struct {
 	unread int
 	// onWrite, if set, is called at each write.
 	onWrite func()
+	// peeked counts the bytes Peek returned: what gnet copies when its
+	// buffer wraps.
+	peeked int
 }
 
 func (f *fakeConn) Peek(n int) ([]byte, error) {
 	if n <= 0 || n > len(f.in) {
-		return f.in, nil
+		n = len(f.in)
 	}
+	f.peeked += n
 	return f.in[:n], nil
 }
+
+func (f *fakeConn) InboundBuffered() int { return len(f.in) }
 
 func (f *fakeConn) Discard(n int) (int, error) {
 	if n <= 0 {
@@ -824,4 +830,68 @@ func TestLoopClosesAClientThatNeverReads(t *testing.T) {
 	if got := c.f.unread + len(c.f.in); got > 4<<20+len(chunk)+flushAt {
 		t.Fatalf("%d bytes waited for the client when it was closed; limit %d", got, 4<<20)
 	}
+}
+
+// TestLoopPeeksItsInputOnce: however much input waits, a pass looks at a
+// window of it, so the loop reads each input byte a few times at most.
+// Before, every pass peeked all the buffered input, which gnet copies when
+// its buffer wraps: a client pipelining PINGs without reading had the loop
+// copy its input once per 64 KiB of replies (16 times the input for 4 MB,
+// 250 times for the 32 MB a paused client may leave), the loop's other
+// clients ran 100 times slower, and the heap grew by 200 MB.
+func TestLoopPeeksItsInputOnce(t *testing.T) {
+	s := loopServer(t, nil)
+	bound := func(t *testing.T, c *loopClient, sent int) {
+		t.Helper()
+		if c.f.peeked > 2*sent+2*peekWindow {
+			t.Errorf("the loop peeked %d bytes of %d bytes of input (%.1f times)", c.f.peeked, sent, float64(c.f.peeked)/float64(sent))
+		}
+	}
+	t.Run("a pipeline of PINGs", func(t *testing.T) {
+		c := newLoopClient(t, s)
+		const n = 300000
+		in := strings.Repeat("PING\r\n", n)
+		c.send(in)
+		if c.closed || len(c.f.in) != 0 || c.f.out() != strings.Repeat("+PONG\r\n", n) {
+			t.Fatalf("closed %v, %d bytes left, %d bytes of replies", c.closed, len(c.f.in), len(c.f.out()))
+		}
+		bound(t, c, len(in))
+	})
+	t.Run("commands longer than the window", func(t *testing.T) {
+		c := newLoopClient(t, s)
+		// EXISTS of 15,000 keys: 200 KB, three windows.
+		args := []string{"EXISTS"}
+		for i := 0; i < 15000; i++ {
+			args = append(args, fmt.Sprintf("key:%05d", i))
+		}
+		var in strings.Builder
+		for i := 0; i < 20; i++ {
+			in.WriteString(respCmd(args...))
+			in.WriteString("PING\r\n")
+		}
+		if in.Len() < 20*3*peekWindow {
+			t.Fatalf("commands of %d bytes", in.Len()/20)
+		}
+		c.send(in.String())
+		if got := c.f.out(); c.closed || got != strings.Repeat(":0\r\n+PONG\r\n", 20) {
+			t.Fatalf("closed %v, replies %.100q", c.closed, got)
+		}
+		bound(t, c, in.Len())
+	})
+	t.Run("a client that never reads", func(t *testing.T) {
+		s := loopServer(t, func(c *Config) { c.MaxOutputBytes = 4 << 20 })
+		c := newLoopClient(t, s)
+		c.f.slow = true
+		chunk := strings.Repeat("PING\r\n", 20000)
+		sent := 0
+		for i := 0; i < 1000 && !c.closed; i++ {
+			c.f.in = append(c.f.in, chunk...)
+			sent += len(chunk)
+			c.pass()
+		}
+		if !c.closed {
+			t.Fatal("a client that never reads its replies was never closed")
+		}
+		bound(t, c, sent)
+	})
 }
