@@ -93,8 +93,9 @@ func FuzzLoop(f *testing.F) {
 				t.Fatalf("malformed output %q: %v", r.out, err)
 			}
 			n[i] = len(vals)
-			// One write per arrival, and one more per flushAt of replies.
-			if r.writes > r.traffic+len(r.out)/flushAt {
+			// One write per arrival, and one more per flushAt of replies
+			// and per window of input (peekWindow).
+			if r.writes > r.traffic+len(r.out)/flushAt+len(data)/peekWindow {
 				t.Fatalf("%d writes for %d arrivals and %d bytes of replies", r.writes, r.traffic, len(r.out))
 			}
 		}

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -894,4 +895,58 @@ func TestLoopPeeksItsInputOnce(t *testing.T) {
 		}
 		bound(t, c, sent)
 	})
+}
+
+// TestLoopWindowsKeepReplies: a pipeline of several windows, with commands
+// from a few bytes to several windows long, arriving in pieces of any
+// size, gets the replies it gets one command at a time.
+func TestLoopWindowsKeepReplies(t *testing.T) {
+	s := loopServer(t, nil)
+	// pipeline is the same commands on keys named with prefix p.
+	pipeline := func(p string) []string {
+		rng := rand.New(rand.NewPCG(7, 33))
+		var cmds []string
+		for i, size := 0, 0; size < 12*peekWindow; i++ {
+			var c string
+			switch rng.IntN(5) {
+			case 0:
+				c = "PING\r\n"
+			case 1:
+				c = respCmd("SET", fmt.Sprintf("%s%d", p, i%50), "tok", "PX", "60000", "NX")
+			case 2:
+				c = respCmd("GET", fmt.Sprintf("%s%d", p, rng.IntN(50)))
+			case 3:
+				c = respCmd("DEL", fmt.Sprintf("%s%d", p, rng.IntN(50)))
+			default:
+				args := []string{"EXISTS"}
+				for j := rng.IntN(30000); j >= 0; j-- {
+					args = append(args, fmt.Sprintf("%s%d", p, j%60))
+				}
+				c = respCmd(args...)
+			}
+			cmds = append(cmds, c)
+			size += len(c)
+		}
+		return cmds
+	}
+	one := newLoopClient(t, s)
+	for _, c := range pipeline("a") {
+		one.send(c)
+		one.settle()
+	}
+	in := strings.Join(pipeline("b"), "")
+	c := newLoopClient(t, s)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for len(in) > 0 {
+		n := min(len(in), 1+rng.IntN(3*peekWindow))
+		c.send(in[:n])
+		in = in[n:]
+	}
+	c.settle()
+	if c.closed || len(c.f.in) != 0 {
+		t.Fatalf("closed %v, %d bytes left", c.closed, len(c.f.in))
+	}
+	if got, want := c.f.out(), one.f.out(); got != want {
+		t.Fatalf("replies differ from one command at a time (%d against %d bytes)", len(got), len(want))
+	}
 }
