@@ -130,8 +130,11 @@ const peekWindow = 64 << 10
 const pausePoll = time.Millisecond
 
 // maxPending bounds the commands of one connection left running at once;
-// past it the loop reads no more of its input until some are done, and
-// the input it has buffered meanwhile is bounded by MaxCommandBytes.
+// past it the loop runs no more of its input until some are done, and
+// the input it has buffered meanwhile counts against MaxOutputBytes.
+// Before, it was bounded by MaxCommandBytes (1 MiB): a client pipelining
+// 1.2 MB of SET NX in one write to a proxy on a memory node process was
+// hung up on, its granted locks unanswered, since each waits a round trip.
 var maxPending = 1024 // a variable for tests
 
 // busy reports whether a command of the connection is still running.
@@ -404,15 +407,20 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 	}
 	if act == actMore {
 		more, act = true, actNone
-	} else if rest := buffered - n; rest > s.cfg.MaxCommandBytes && act != actClose && act != actFatal {
-		// What is left is one incomplete command, or a pipeline behind
-		// commands still running.
-		if act == actFull || act == actSettle {
-			lc.bad = s.pipelineLimit()
-		} else {
-			lc.bad = fmt.Sprintf("ERR command exceeds %d bytes, the proxy's limit", s.cfg.MaxCommandBytes)
+	} else if act != actClose && act != actFatal {
+		switch rest := buffered - n; {
+		case act == actFull || act == actSettle:
+			// A pipeline behind commands still running (a lock's queue,
+			// a memory node's round trip, a lease confirmation) waits in
+			// memory with the replies held behind them: the same limit
+			// as replies a client does not read.
+			if rest+lc.q.held > s.cfg.MaxOutputBytes {
+				lc.bad, act = s.pipelineLimit(), actFatal
+			}
+		case rest > s.cfg.MaxCommandBytes:
+			// One incomplete command.
+			lc.bad, act = fmt.Sprintf("ERR command exceeds %d bytes, the proxy's limit", s.cfg.MaxCommandBytes), actFatal
 		}
-		act = actFatal
 	}
 	if act == actFatal {
 		s.fatal(lc, io, lc.bad)
@@ -479,7 +487,7 @@ func (s *Server) barrier(lc *loopConn, first int) {
 }
 
 func (s *Server) pipelineLimit() string {
-	return fmt.Sprintf("ERR more than %d bytes of commands are pipelined behind commands still waiting for their locks, the proxy's limit", s.cfg.MaxCommandBytes)
+	return fmt.Sprintf("ERR more than %d bytes of commands and replies wait behind commands still running, the proxy's limit (max_output_bytes)", s.cfg.MaxOutputBytes)
 }
 
 // fatal answers bad input with msg and has the connection closed: after

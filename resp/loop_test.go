@@ -520,12 +520,12 @@ func TestLoopHangUpWhileQueued(t *testing.T) {
 }
 
 // TestLoopPipelineLimit: behind maxPending commands still waiting, a
-// connection may buffer up to MaxCommandBytes; past that it is told why and
+// connection may buffer up to MaxOutputBytes; past that it is told why and
 // closed, which abandons the waits.
 func TestLoopPipelineLimit(t *testing.T) {
 	defer func(n int) { maxPending = n }(maxPending)
 	maxPending = 1
-	s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
+	s := loopServer(t, func(c *Config) { c.MaxOutputBytes = 1024 })
 	holder, flood := newLoopClient(t, s), newLoopClient(t, s)
 	holder.do("SET", "p", "holder", "PX", "60000", "NX")
 	flood.send(respCmd("SET", "p", "flood", "PX", "60000", "NX"))
@@ -538,7 +538,7 @@ func TestLoopPipelineLimit(t *testing.T) {
 	if !flood.closed {
 		t.Fatal("still open past the limit")
 	}
-	if got := flood.f.out(); !strings.HasPrefix(got, "-ERR more than 1024 bytes of commands are pipelined behind commands still waiting") {
+	if got := flood.f.out(); !strings.HasPrefix(got, "-ERR more than 1024 bytes of commands and replies wait behind commands still running") {
 		t.Fatalf("reply %q", got)
 	}
 	awaitBlocked(t, s, 0) // the wait was abandoned
