@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		log.Info("generation", zap.Uint64("generation", mcfg.Generation), zap.Uint64("relcnt_base", mcfg.RelBase),
-			zap.Duration("restart_grace", time.Until(mcfg.GraceUntil).Round(time.Millisecond)))
+			zap.Duration("restart_grace", graceLeft(mcfg.GraceUntil)))
 	}
 	if len(cfg.Etcd) > 0 {
 		return runHA(ctx, cfg, mcfg, log, stdout)
@@ -171,4 +171,10 @@ func fabricServer(host rdma.Host, cfg config, ln net.Listener, log *zap.Logger) 
 func isLoopbackAddr(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
+}
+
+// graceLeft is the restart grace still to wait: none for a first start,
+// whose GraceUntil is zero (it logged -2562047h47m16.854775808s).
+func graceLeft(until time.Time) time.Duration {
+	return max(0, time.Until(until)).Round(time.Millisecond)
 }
