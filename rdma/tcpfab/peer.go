@@ -255,7 +255,7 @@ func (ps *peerSide) accept() {
 }
 
 // serveInbound receives Sends from one peer and acks each, flushing acks
-// once no more Sends are buffered. Anything but a well-formed Send closes the
+// once no more Sends are buffered, or maxBacklog of them are queued. Anything but a well-formed Send closes the
 // connection: only nodes of this domain have business here.
 func (ps *peerSide) serveInbound(c net.Conn) {
 	defer c.Close()
@@ -292,7 +292,10 @@ func (ps *peerSide) serveInbound(c net.Conn) {
 		}
 		b, at := beginFrame(b, tSendAck, 0, h.ID)
 		s.unlock(endFrame(appendSendAck(b, delivered, serr), at))
-		if !fr.buffered() {
+		// A peer that keeps its Sends ahead of this reader would keep
+		// fr.buffered() true, and its acks unwritten, for as long as it
+		// likes (maxBacklog).
+		if !fr.buffered() || s.queued() > maxBacklog {
 			if err := s.flush(); err != nil {
 				return
 			}

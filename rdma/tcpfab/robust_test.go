@@ -297,3 +297,47 @@ func TestSendReachesWrongNode(t *testing.T) {
 		t.Fatalf("c received %+v (and %d more)", m, len(got))
 	}
 }
+
+// TestPeerThatDoesNotReadIsNotBuffered: a member pipelines READs of 256 KiB
+// each and reads none of the replies. The server answers a few, then waits
+// for the socket; it does not run ahead and queue every reply. Before, its
+// reader wrote only once it had answered every request it had read: 1,024
+// such requests (40 KiB) queued 256 MiB, and a peer could ask for more
+// while that was written.
+func TestPeerThatDoesNotReadIsNotBuffered(t *testing.T) {
+	const size, n = 256 << 10, 1024
+	ts := startServer(t, memnode.Config{Entries: 1 << 15}) // a 512 KiB table
+	r := rawDial(t, ts.addr)
+	if err := r.c.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	r.join()
+	reads := func() uint64 { return ts.host.Counters().Snapshot().In[rdma.VerbRead] }
+	before := reads()
+	var req []byte
+	for i := range n {
+		req = append(req, verbFrame(uint32(10+i), rdma.Op{Verb: rdma.VerbRead, Addr: rdma.Addr{Region: rdma.RegionLocks}, Buf: make([]byte, size)})...)
+	}
+	r.send(req)
+	// Wait until the server stops answering: its socket is full.
+	last, still := reads(), 0
+	for still < 20 {
+		time.Sleep(10 * time.Millisecond)
+		if now := reads(); now != last {
+			last, still = now, 0
+		} else {
+			still++
+		}
+	}
+	t.Logf("answered %d of %d before the socket filled", last-before, n)
+	// The kernel's socket buffers take a few megabytes on loopback.
+	if answered := last - before; answered*size > 32<<20 {
+		t.Errorf("the server answered %d of %d READs (%d MiB) for a peer that reads nothing", answered, n, answered*size>>20)
+	}
+	for i := range n {
+		h, body := r.recv()
+		if h.Type != tVerbReply || h.ID != uint32(10+i) || len(body) < size {
+			t.Fatalf("reply %d: type %#x id %d, %d bytes", i, h.Type, h.ID, len(body))
+		}
+	}
+}

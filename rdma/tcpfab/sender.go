@@ -18,11 +18,14 @@ type sender struct {
 	buf      []byte
 	spare    []byte
 	flushing bool
+	flushed  *sync.Cond // signalled when a flush ends
 	err      error
 }
 
 func newSender(c net.Conn) *sender {
-	return &sender{conn: c, buf: make([]byte, 0, 16<<10), spare: make([]byte, 0, 16<<10)}
+	s := &sender{conn: c, buf: make([]byte, 0, 16<<10), spare: make([]byte, 0, 16<<10)}
+	s.flushed = sync.NewCond(&s.mu)
+	return s
 }
 
 // lock returns the buffer to append frames to; unlock stores it back.
@@ -67,9 +70,22 @@ func (s *sender) flush() error {
 		s.spare = b[:0]
 	}
 	s.flushing = false
+	s.flushed.Broadcast()
 	err := s.err
 	s.mu.Unlock()
 	return err
+}
+
+// drain is flush for a producer that must not run ahead of the socket:
+// if another goroutine is flushing, it waits for that flush to end (a peer
+// that does not read blocks it) and then writes what is queued itself.
+func (s *sender) drain() error {
+	s.mu.Lock()
+	for s.flushing && s.err == nil {
+		s.flushed.Wait()
+	}
+	s.mu.Unlock()
+	return s.flush()
 }
 
 // fail makes every later send fail with err.

@@ -273,6 +273,14 @@ func (sc *sconn) detachAll() {
 	}
 }
 
+// maxBacklog bounds the replies a connection's reader queues before it
+// writes them. It writes once it has answered every request it has read,
+// but a peer that pipelines requests faster than it reads their replies
+// keeps its reader's buffer full: 64 KiB of READ requests of a megabyte
+// each queued 2 GB of replies before the first write, and a peer that
+// never read could do it again and again.
+const maxBacklog = 1 << 20
+
 func (sc *sconn) serve() {
 	log := sc.srv.log
 	defer func() {
@@ -311,11 +319,15 @@ func (sc *sconn) serve() {
 			return
 		}
 		sc.handle(h, body)
-		if !fr.buffered() {
-			if err := sc.s.flush(); err != nil {
-				log.Debug("tcpfab: write failed", zap.String("remote", sc.remote), zap.Error(err))
-				return
-			}
+		switch {
+		case sc.s.queued() > maxBacklog:
+			err = sc.s.drain()
+		case !fr.buffered():
+			err = sc.s.flush()
+		}
+		if err != nil {
+			log.Debug("tcpfab: write failed", zap.String("remote", sc.remote), zap.Error(err))
+			return
 		}
 	}
 }
