@@ -131,10 +131,9 @@ const pausePoll = time.Millisecond
 
 // maxPending bounds the commands of one connection left running at once;
 // past it the loop runs no more of its input until some are done, and
-// the input it has buffered meanwhile counts against MaxOutputBytes.
-// Before, it was bounded by MaxCommandBytes (1 MiB): a client pipelining
-// 1.2 MB of SET NX in one write to a proxy on a memory node process was
-// hung up on, its granted locks unanswered, since each waits a round trip.
+// the input it has buffered meanwhile counts against MaxOutputBytes, not
+// MaxCommandBytes: on a memory node across the network every lock command
+// waits a round trip, so a big batch of them fills maxPending at once.
 var maxPending = 1024 // a variable for tests
 
 // busy reports whether a command of the connection is still running.

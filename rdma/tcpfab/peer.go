@@ -255,8 +255,9 @@ func (ps *peerSide) accept() {
 }
 
 // serveInbound receives Sends from one peer and acks each, flushing acks
-// once no more Sends are buffered, or maxBacklog of them are queued. Anything but a well-formed Send closes the
-// connection: only nodes of this domain have business here.
+// once no more Sends are buffered, or maxBacklog of them are queued.
+// Anything but a well-formed Send closes the connection: only nodes of this
+// domain have business here.
 func (ps *peerSide) serveInbound(c net.Conn) {
 	defer c.Close()
 	log := ps.e.log
