@@ -47,6 +47,18 @@ var (
 // 4 against redis-server itself (2026-11-27), so it is left out of both.
 var retryDeadline = skip{"TestObtain_retry_context_deadline", "redislock's own timing race: a 20 ms Obtain context whose deadline can fall during a round trip, not a backoff, and then is not wrapped in ErrNotObtained; it fails against redis-server too on a loaded machine", true}
 
+// quickExpired are v0.10.0's tests that obtain a 5 ms lock first: Obtain's
+// context deadline is then the TTL, 5 ms after the call, and a round trip
+// later than that on two loaded cores fails the Obtain ("context deadline
+// exceeded") before the test begins. TestLock_Release_expired failed so
+// once against the proxy in a clean-clone CI run (2026-11-29) whose other
+// runs of the same code passed; the race needs no proxy, so it is left out
+// of both, like retryDeadline.
+var quickExpired = []skip{
+	{"TestLock_Release_expired", "redislock's own timing race: Obtain of a 5 ms lock runs under a 5 ms context deadline, which a loaded machine's round trip can miss", true},
+	{"TestLock_Refresh_expired", "redislock's own timing race: Obtain of a 5 ms lock runs under a 5 ms context deadline, which a loaded machine's round trip can miss", true},
+}
+
 var exampleDeadline = skip{"Example", "redislock's own timing race: a 100 ms lock is refreshed after a 50 ms sleep, and lapses first when the process waits 50 ms more to be scheduled; it fails against redis-server too on a loaded machine", true}
 
 func TestRedislockSuites(t *testing.T) {
@@ -57,7 +69,7 @@ func TestRedislockSuites(t *testing.T) {
 		redisSkips []skip
 	}{
 		{"v0.9.4", []skip{plainSET, exampleDeadline}, []skip{exampleDeadline}},
-		{"v0.10.0", []skip{plainSET, retryDeadline, exampleDeadline}, []skip{retryDeadline, exampleDeadline}},
+		{"v0.10.0", append([]skip{plainSET, retryDeadline, exampleDeadline}, quickExpired...), append([]skip{retryDeadline, exampleDeadline}, quickExpired...)},
 	} {
 		t.Run(tc.version, func(t *testing.T) {
 			t.Parallel()
