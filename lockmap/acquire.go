@@ -480,7 +480,16 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 		end = now.Add(opt.TTL)
 	}
 	// Every memory node we hold on must have our lease cover the deadline,
-	// pending grants included: their lock may arrive at any moment.
+	// pending grants included: their lock may arrive at any moment. Each
+	// lease counts the deadline while it is pinned, until the expirer
+	// has it (the end of admit).
+	var pinBuf [2]pin
+	pins := pinBuf[:0]
+	defer func() {
+		for _, p := range pins {
+			p.unpin()
+		}
+	}()
 	var seenBuf [4]*Domain
 	seen := seenBuf[:0] // of got so far: a few memory nodes, however many keys
 	for _, gr := range a.got {
@@ -491,11 +500,15 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 		if gr.remote() || gr.dom.Lease == nil || dup {
 			continue // a share's lease is its home's
 		}
-		if covered, err := cover(ctx, gr.dom.Lease, end, opt.TTL, block); err != nil {
+		p, covered, err := coverPinned(ctx, gr.dom.Lease, end, opt.TTL, block)
+		if err != nil {
 			a.undo()
 			return false, err
 		} else if !covered {
 			return false, errWouldWait // a heartbeat must be pushed first
+		}
+		if p.ls != nil {
+			pins = append(pins, p)
 		}
 	}
 	for _, h := range a.refresh {
@@ -511,11 +524,15 @@ func (a *acquisition) admit(ctx context.Context, block bool) (ok bool, err error
 		}
 		d, _ := m.Where(h.key)
 		if d.Lease != nil {
-			if covered, err := cover(ctx, d.Lease, end, opt.TTL, block); err != nil {
+			p, covered, err := coverPinned(ctx, d.Lease, end, opt.TTL, block)
+			if err != nil {
 				a.undo()
 				return false, err
 			} else if !covered {
 				return false, errWouldWait
+			}
+			if p.ls != nil {
+				pins = append(pins, p)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package lockmap
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 	"time"
 )
@@ -22,6 +23,17 @@ type expirer struct {
 	quit  chan struct{}
 	done  chan struct{}
 	fire  func(*hold, time.Time)
+
+	// secs counts the scheduled holds by their deadline's second after
+	// base, rounded up, for latest: the heap only knows the earliest.
+	// Buckets that empty stay at zero until latest prunes them (deleting
+	// a small map's last key has Go draw a new hash seed, a random read,
+	// on every uncontended release).
+	base  time.Time
+	secs  map[int64]int32
+	top   int64 // the latest bucket in use, if !stale
+	live  int   // buckets in use
+	stale bool
 }
 
 // expHeap orders holds by deadline; each hold knows its index (expIdx,
@@ -49,7 +61,8 @@ func (x *expHeap) Pop() any {
 }
 
 func newExpirer(fire func(*hold, time.Time)) *expirer {
-	e := &expirer{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), fire: fire}
+	e := &expirer{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), fire: fire,
+		base: time.Now(), secs: map[int64]int32{}}
 	go e.run()
 	return e
 }
@@ -57,6 +70,10 @@ func newExpirer(fire func(*hold, time.Time)) *expirer {
 // add schedules h to expire at at, moving it if it was already scheduled.
 func (e *expirer) add(h *hold, at time.Time) {
 	e.mu.Lock()
+	if h.expIdx >= 0 {
+		e.count(h.expAt, -1)
+	}
+	e.count(at, 1)
 	h.expAt = at
 	if h.expIdx >= 0 {
 		heap.Fix(&e.h, h.expIdx)
@@ -80,9 +97,55 @@ func (e *expirer) add(h *hold, at time.Time) {
 func (e *expirer) remove(h *hold) {
 	e.mu.Lock()
 	if h.expIdx >= 0 {
+		e.count(h.expAt, -1)
 		heap.Remove(&e.h, h.expIdx)
 	}
 	e.mu.Unlock()
+}
+
+// count adds n holds ending at at to its second's bucket; e.mu is held.
+func (e *expirer) count(at time.Time, n int32) {
+	d := at.Sub(e.base) // the monotonic clock: a wall clock step moves nothing
+	b := int64(d / time.Second)
+	if d > time.Duration(b)*time.Second {
+		b++ // rounded up: the bucket's end is never before a deadline in it
+	}
+	c := e.secs[b]
+	e.secs[b] = c + n
+	switch {
+	case c == 0:
+		e.live++
+		if b > e.top {
+			e.top = b
+		}
+	case c+n == 0:
+		e.live--
+		if b == e.top {
+			e.stale = true
+		}
+	}
+}
+
+// latest is no earlier than the deadline of every hold scheduled, and
+// zero if none is: what the leases publish for the holds in force.
+func (e *expirer) latest() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stale || len(e.secs) > 2*e.live+64 {
+		e.top, e.stale = math.MinInt64, false
+		for b, c := range e.secs {
+			switch {
+			case c == 0:
+				delete(e.secs, b)
+			case b > e.top:
+				e.top = b
+			}
+		}
+	}
+	if e.live == 0 {
+		return time.Time{}
+	}
+	return e.base.Add(time.Duration(e.top) * time.Second)
 }
 
 // poke makes the goroutine look at the heap now: a command found holds past
@@ -108,6 +171,7 @@ func (e *expirer) run() {
 		now := time.Now()
 		for len(e.h) > 0 && !e.h[0].expAt.After(now) {
 			h := heap.Pop(&e.h).(*hold)
+			e.count(h.expAt, -1)
 			fire = append(fire, due{h, h.expAt})
 		}
 		next := time.Hour

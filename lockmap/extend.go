@@ -87,11 +87,13 @@ func (m *Map) extend(ctx context.Context, lp *Loop, key, token string, anyHolder
 	hs = local
 	d, _ := m.Where(key)
 	if d.Lease != nil {
-		if covered, err := cover(ctx, d.Lease, end, ttl, !onLoop); err != nil {
+		p, covered, err := coverPinned(ctx, d.Lease, end, ttl, !onLoop)
+		if err != nil {
 			return false, err
 		} else if !covered {
 			return false, ErrWouldBlock // a heartbeat push first
 		}
+		defer p.unpin() // setDeadline has the expirer take the new deadline
 	}
 	// A hold whose TTL ran out while the lease was being extended stays
 	// gone: Redis would have answered 0 had the command come that late.
@@ -141,11 +143,13 @@ func (m *Map) reassign(ctx context.Context, onLoop bool, keys, from []string, to
 			continue
 		}
 		covered = append(covered, d)
-		if ok, err := cover(ctx, d.Lease, end, ttl, !onLoop); err != nil {
+		p, ok, err := coverPinned(ctx, d.Lease, end, ttl, !onLoop)
+		if err != nil {
 			return false, err
 		} else if !ok {
 			return false, ErrWouldBlock // a heartbeat push first
 		}
+		defer p.unpin() // until the expirer has the new deadlines, below
 	}
 	ok, hs := m.changeHands(keys, from, to, ttl, end)
 	for _, h := range hs {

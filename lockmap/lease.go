@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,8 +38,22 @@ type Lease struct {
 	// horizon after it was last granted.
 	headHold time.Duration
 
-	mu      sync.Mutex
-	maxEnd  time.Time     // latest deadline of a grant made under this lease
+	mu sync.Mutex
+	// sticky is the latest deadline of a grant whose hold the lease cannot
+	// see (Cover, TryCover: range locks, routed shares): counted until it
+	// passes, released or not.
+	sticky time.Time
+	// held report the latest deadline of the holds in force, one per Map
+	// that tracks this lease's holds (its expirer; trackHolds).
+	held []func() time.Time
+	// ends and pins cover tracked grants (coverPinned) between their
+	// check and the moment held sees them: ends[gen%2] collects the
+	// deadlines checked since the last rotation, ends[(gen+1)%2] those of
+	// the generation before, and each beat drops the older one unless a
+	// grant checked there is still pinned (it has not reached held yet).
+	ends    [2]time.Time
+	pins    [2]int32
+	gen     uint64
 	headTTL time.Duration // longest TTL granted lately: publish room for the next one
 	headAt  time.Time
 	lost    error
@@ -66,7 +81,7 @@ func NewSoloLease(ep rdma.Endpoint, margin time.Duration) *Lease {
 
 func startLease(ep rdma.Endpoint, ls *Lease) *Lease {
 	ls.headHold = time.Minute
-	ls.hb = rdma.StartHeartbeat(ep, ls.horizon, func(err error) {
+	ls.hb = rdma.StartExactHeartbeat(ep, ls.horizon, func(err error) {
 		ls.mu.Lock()
 		ls.lost = err
 		ls.mu.Unlock()
@@ -95,26 +110,59 @@ func (ls *Lease) Dead() error {
 	return nil
 }
 
-// horizon is what each beat publishes: room for every grant made so far and
-// for the next one of the longest recent TTL, and never less than the
-// floor, DeadAfter, which bounds locks without a TTL (they die with the
-// proxy's membership).
+// horizon is what each beat publishes, called under the heartbeat's lock
+// (rdma.StartExactHeartbeat): room for every grant in force and every grant
+// about to be told, and for the next one of the longest recent TTL, and
+// never less than the floor, DeadAfter, which bounds locks without a TTL
+// (they die with the proxy's membership). A grant released no longer
+// counts: before, the horizon only ever went up to the latest deadline
+// granted, so one lock of a day, released at once, kept a restarted
+// embedded proxy from serving any lock for that day.
 func (ls *Lease) horizon() time.Duration {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	h := time.Until(ls.maxEnd)
+	if len(ls.held) > 0 {
+		// Every grant checked in the older generation that is not pinned
+		// any more has reached held, or was never told.
+		if old := (ls.gen + 1) % 2; ls.pins[old] == 0 {
+			ls.ends[old] = time.Time{}
+			ls.gen++
+		}
+	}
+	latest := ls.sticky
+	for _, e := range ls.ends {
+		if e.After(latest) {
+			latest = e
+		}
+	}
 	if time.Since(ls.headAt) > ls.headHold {
 		ls.headTTL = 0 // a long TTL used once should not slow recovery forever
 	}
-	if ls.headTTL > h {
-		h = ls.headTTL
+	room := ls.headTTL
+	if room > maxRoom {
+		room = 0 // such grants push a beat of their own
 	}
-	h = max(h, ls.floor) + ls.margin
+	held := ls.held // never changed in place: trackHolds appends to a copy
+	floor, margin := ls.floor, ls.margin
+	confirming := 0 * time.Second
 	for c := range ls.confirming {
-		h = max(h, c)
+		confirming = max(confirming, c)
 	}
-	return h
+	ls.mu.Unlock()
+	// Read after the rotation: a grant unpinned before it is in held by now.
+	for _, f := range held {
+		if e := f(); e.After(latest) {
+			latest = e
+		}
+	}
+	h := max(time.Until(latest), room, floor) + margin
+	return max(h, confirming)
 }
+
+// maxRoom is the longest TTL the horizon keeps room for after it was
+// granted (headHold): a grant with a longer TTL pushes a beat and waits for
+// its confirmation, which a TTL of hours can afford, rather than keep every
+// beat of the next minute that long after it was released.
+const maxRoom = 10 * time.Minute
 
 // Valid reports whether grants under this lease can still be trusted: the
 // memory node has heard from us recently enough that it cannot have declared
@@ -144,54 +192,100 @@ func (ls *Lease) validAt(ack time.Time, lost error) error {
 // Cover makes sure a grant ending at end (zero: no TTL) is inside the
 // published horizon, pushing a heartbeat first if it is not. With a memory
 // node that keeps state across restarts, a longer horizon counts only once
-// the memory node confirms it has saved it.
+// the memory node confirms it has saved it. The lease cannot see when such
+// a grant ends, so its deadline counts until it passes.
 func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) error {
-	if covered, err := ls.TryCover(end, ttl); covered || err != nil {
-		return err
-	}
-	h := ls.horizon()
-	if err := ls.hb.Push(ctx, h); err != nil {
-		return fmt.Errorf("%w: %w", ErrNoLease, err)
-	}
-	// Push may publish more than asked (never less than an acknowledged
-	// beat promised): the horizon to confirm is what it published.
-	_, h = ls.hb.Published()
-	return ls.awaitConfirm(ctx, h)
+	_, err := ls.cover(ctx, end, ttl, false)
+	return err
 }
 
-// cover is Cover where block allows it, else TryCover. Without block it
-// reports false, and no error, for anything but a covered grant: the caller
-// leaves it to Cover on a goroutine, errors included, because failing may
-// mean giving locks back, which an event loop does not do.
-func cover(ctx context.Context, ls *Lease, end time.Time, ttl time.Duration, block bool) (bool, error) {
-	if block {
-		if err := ls.Cover(ctx, end, ttl); err != nil {
-			return false, err
+// cover is Cover; with track, the grant is pinned (coverPinned).
+func (ls *Lease) cover(ctx context.Context, end time.Time, ttl time.Duration, track bool) (pin, error) {
+	for {
+		p, covered, err := ls.tryCover(end, ttl, track)
+		if covered || err != nil {
+			return p, err
 		}
-		return true, nil
+		if err := ls.hb.Push(ctx, time.Until(end)+ls.margin); err != nil {
+			return pin{}, fmt.Errorf("%w: %w", ErrNoLease, err)
+		}
+		// Push may publish more than asked (never less than an
+		// acknowledged beat promised): the horizon to confirm is what it
+		// published.
+		_, h := ls.hb.Published()
+		if err := ls.awaitConfirm(ctx, h); err != nil {
+			return pin{}, err
+		}
+		if !track {
+			return pin{}, nil
+		}
+		// A pin is checked against the newest beat, which may have
+		// published less once the confirmation was in: check again.
 	}
-	ok, err := ls.TryCover(end, ttl)
-	return ok && err == nil, nil
+}
+
+// pin is a tracked grant's place in the lease's horizon, from its check
+// until the Map's expirer has its deadline (unpin).
+type pin struct {
+	ls  *Lease
+	gen uint64
+}
+
+// unpin lets the horizon drop the pinned grant's deadline from the
+// generation it was checked in: the caller has scheduled its expiry, or
+// given it up.
+func (p pin) unpin() {
+	if p.ls == nil {
+		return
+	}
+	p.ls.mu.Lock()
+	p.ls.pins[p.gen%2]--
+	p.ls.mu.Unlock()
+}
+
+// coverPinned is Cover where block allows it, else TryCover, for a grant
+// whose hold the Map's expirer will schedule: while the pin is held the
+// deadline counts in every beat, and once unpinned the expirer's latest
+// deadline covers it until it is released. Without block it reports false,
+// and no error, for anything but a covered grant: the caller leaves it to
+// Cover on a goroutine, errors included, because failing may mean giving
+// locks back, which an event loop does not do.
+func coverPinned(ctx context.Context, ls *Lease, end time.Time, ttl time.Duration, block bool) (pin, bool, error) {
+	if block {
+		p, err := ls.cover(ctx, end, ttl, true)
+		if err != nil {
+			return pin{}, false, err
+		}
+		return p, true, nil
+	}
+	p, ok, err := ls.tryCover(end, ttl, true)
+	return p, ok && err == nil, nil
 }
 
 // TryCover is Cover for a caller that must not block (an event loop): it
 // does what Cover does short of pushing a heartbeat, and reports false if
-// one must be pushed, for Cover to finish on a goroutine. Every acquire
-// comes here, so one read of the published beat serves the validity and
-// the horizon checks, and one lock both the loss check and the recording
-// of the grant (recorded even when it goes on to fail: the horizon only
-// errs long).
+// one must be pushed, for Cover to finish on a goroutine.
 func (ls *Lease) TryCover(end time.Time, ttl time.Duration) (bool, error) {
+	_, ok, err := ls.tryCover(end, ttl, false)
+	return ok, err
+}
+
+// tryCover is TryCover; with track, a covered grant is pinned. Every
+// acquire comes here, so the check against the newest beat, the loss
+// check, the recording of the grant and the pin take one visit to each
+// lock. The grant is recorded even when it goes on to fail (the horizon
+// only errs long), so that the beat Cover pushes covers it.
+func (ls *Lease) tryCover(end time.Time, ttl time.Duration, track bool) (p pin, covered bool, err error) {
 	lay := ls.ep.Layout()
 	if max := lay.MaxLease; max > 0 && ttl > max {
-		return false, fmt.Errorf("%w (%v > %v)", ErrTTLTooLong, ttl, max)
+		return pin{}, false, fmt.Errorf("%w (%v > %v)", ErrTTLTooLong, ttl, max)
 	}
-	at, h := ls.hb.Published()
-	ls.mu.Lock()
-	lost := ls.lost
-	if lost == nil {
-		if end.After(ls.maxEnd) {
-			ls.maxEnd = end
+	persistent := lay.Persistent
+	ls.hb.With(func(at time.Time, h, confirmed time.Duration) {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if err = ls.validAt(at, ls.lost); err != nil {
+			return
 		}
 		if ttl >= ls.headTTL {
 			// The grant's time is end - ttl: no need to read the clock on
@@ -202,15 +296,35 @@ func (ls *Lease) TryCover(end time.Time, ttl time.Duration) (bool, error) {
 			}
 			ls.headTTL, ls.headAt = ttl, granted
 		}
-	}
+		if end.IsZero() {
+			covered = true // bounded by membership, which every beat covers
+			return
+		}
+		track = track && len(ls.held) > 0
+		cur := ls.gen % 2
+		switch {
+		case !track:
+			if end.After(ls.sticky) {
+				ls.sticky = end
+			}
+		case end.After(ls.ends[cur]):
+			ls.ends[cur] = end
+		}
+		covered = !end.After(at.Add(h)) && (!persistent || h <= confirmed)
+		if covered && track {
+			ls.pins[cur]++
+			p = pin{ls: ls, gen: ls.gen}
+		}
+	})
+	return p, covered, err
+}
+
+// trackHolds has the lease learn when its tracked grants end from held,
+// the latest deadline of the holds in force (the Map's expirer).
+func (ls *Lease) trackHolds(held func() time.Time) {
+	ls.mu.Lock()
+	ls.held = append(slices.Clip(ls.held), held)
 	ls.mu.Unlock()
-	if err := ls.validAt(at, lost); err != nil {
-		return false, err
-	}
-	if end.IsZero() {
-		return true, nil // bounded by membership, which every beat covers
-	}
-	return !end.After(at.Add(h)) && ls.confirmed(h), nil
 }
 
 // confirmed reports whether horizon h is within what the memory node has

@@ -231,7 +231,7 @@ func TestTryCover(t *testing.T) {
 		t.Fatalf("a grant %v past the published horizon %v: covered %v, %v; want refused, no error", long, h, ok, err)
 	}
 	ls.mu.Lock()
-	recorded := !ls.maxEnd.Before(end)
+	recorded := !ls.sticky.Before(end)
 	ls.mu.Unlock()
 	if !recorded {
 		t.Fatal("the refused grant's end was not recorded: the next beat would not cover it")

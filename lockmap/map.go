@@ -88,6 +88,9 @@ func New(doms []*Domain, cfg Config) *Map {
 		m.shards[i].keys = map[string][]*hold{}
 	}
 	m.exp = newExpirer(m.expire)
+	for _, d := range doms {
+		m.track(d)
+	}
 	if cfg.Route {
 		m.routers = make([]atomic.Pointer[router], len(doms))
 		for i, d := range doms {
@@ -95,6 +98,15 @@ func New(doms []*Domain, cfg Config) *Map {
 		}
 	}
 	return m
+}
+
+// track has d's lease count the holds this map schedules for expiry, so
+// that its horizon falls as they are released. A lease shared with another
+// map, or one no map tracks, counts every grant until its deadline.
+func (m *Map) track(d *Domain) {
+	if d.Lease != nil {
+		d.Lease.trackHolds(m.exp.latest)
+	}
 }
 
 // Close stops TTL expiry and routing. It does not release held locks.

@@ -67,6 +67,7 @@ func (m *Map) Replace(i int, d *Domain) (lost int, err error) {
 		return 0, fmt.Errorf("lockmap: memory node %d now has %d entries, not %d: keys would move", i, n, m.entries[i])
 	}
 	d.number()
+	m.track(d)
 	old := m.doms[i].Swap(d)
 	m.inline.Store(m.inlineNow())
 	if m.routers != nil {

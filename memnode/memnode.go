@@ -720,10 +720,13 @@ func (s *Server) observe(m *member) uint64 {
 		ms = limit
 	}
 	m.lastMs = ms
+	// The newest beat bounds every grant of the member, those that relied
+	// on an earlier beat included: a member's beat never promises less
+	// than its last one unless its horizon counts every grant in force
+	// (rdma.StartExactHeartbeat). So the horizon follows it down, and a
+	// released long lock no longer holds up a recovery.
 	d := time.Duration(float64(time.Duration(ms)*time.Millisecond) * (1 + s.cfg.ClockDrift))
-	if h := now.Add(d); h.After(m.horizon) {
-		m.horizon = h
-	}
+	m.horizon = now.Add(d)
 	return ms
 }
 

@@ -25,6 +25,9 @@ type Heartbeat struct {
 	ep      Endpoint
 	horizon func() time.Duration
 	fenced  func(error)
+	// exact: horizon bounds every grant that relies on a beat, so a beat
+	// may publish less than the last (StartExactHeartbeat).
+	exact bool
 
 	mu      sync.Mutex // serialises beats so sequence numbers reach memory in order
 	seq     uint64
@@ -52,7 +55,26 @@ type Heartbeat struct {
 // for each beat; fenced is called once, from the heartbeat goroutine, when the
 // memory node has declared the node dead.
 func StartHeartbeat(ep Endpoint, horizon func() time.Duration, fenced func(error)) *Heartbeat {
-	h := &Heartbeat{ep: ep, horizon: horizon, fenced: fenced, stop: make(chan struct{}), done: make(chan struct{})}
+	return startHeartbeat(&Heartbeat{ep: ep, horizon: horizon, fenced: fenced})
+}
+
+// StartExactHeartbeat is StartHeartbeat for a caller whose horizon bounds
+// every grant in force, and every grant about to rely on a beat, when it is
+// called: each beat calls it under the heartbeat's lock, just before it
+// publishes, and publishes what it says, less than the last beat if that is
+// what it says. A grant that checks its cover through With, under the same
+// lock, then sees either a beat computed after it was counted or the newest
+// beat published. With StartHeartbeat a beat never publishes less than the
+// last acknowledged one promised, so one long grant keeps the horizon up
+// until its deadline, released or not, and with it a restarted memory
+// node's grace and a dead member's recovery. horizon must not call the
+// Heartbeat.
+func StartExactHeartbeat(ep Endpoint, horizon func() time.Duration, fenced func(error)) *Heartbeat {
+	return startHeartbeat(&Heartbeat{ep: ep, horizon: horizon, fenced: fenced, exact: true})
+}
+
+func startHeartbeat(h *Heartbeat) *Heartbeat {
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
 	h.lastOK = time.Now() // joining counts as the first sign of life
 	go h.loop()
 	return h
@@ -73,7 +95,12 @@ func (h *Heartbeat) loop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), iv*2)
-		err := h.Push(ctx, h.horizon())
+		var err error
+		if h.exact {
+			err = h.Push(ctx, 0) // the horizon is read under the lock
+		} else {
+			err = h.Push(ctx, h.horizon())
+		}
 		cancel()
 		if errors.Is(err, ErrFenced) {
 			if h.fenced != nil {
@@ -84,21 +111,24 @@ func (h *Heartbeat) loop() {
 	}
 }
 
-// Push beats now, publishing horizon, and returns once the memory node has
-// the beat. Call it before granting something that would outlive the
-// currently published horizon.
+// Push beats now, publishing horizon (with StartExactHeartbeat, at least
+// horizon: what the horizon function says, if more), and returns once the
+// memory node has the beat. Call it before granting something that would
+// outlive the currently published horizon.
 func (h *Heartbeat) Push(ctx context.Context, horizon time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
 		return h.err
 	}
-	// The memory node reads the slot when it sweeps, so it may never see
-	// a beat that a later one overwrote; a grant may already rely on that
-	// beat. So a beat never publishes less than the last acknowledged one
-	// promised: a beat whose horizon was computed before a longer grant's
-	// push must not shorten it.
-	if keep := time.Until(h.lastOK.Add(h.lastHzn)); keep > horizon {
+	if h.exact {
+		horizon = max(horizon, h.horizon())
+	} else if keep := time.Until(h.lastOK.Add(h.lastHzn)); keep > horizon {
+		// The memory node reads the slot when it sweeps, so it may never
+		// see a beat that a later one overwrote; a grant may already rely
+		// on that beat. So a beat never publishes less than the last
+		// acknowledged one promised: a beat whose horizon was computed
+		// before a longer grant's push must not shorten it.
 		horizon = keep
 	}
 	if horizon < 0 {
@@ -167,6 +197,15 @@ func (h *Heartbeat) Published() (at time.Time, horizon time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lastOK, h.lastHzn
+}
+
+// With calls f with what Published and Confirmed report, under the lock
+// that orders beats: no beat is computed or published while f runs. f must
+// not call the Heartbeat.
+func (h *Heartbeat) With(f func(at time.Time, horizon, confirmed time.Duration)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f(h.lastOK, h.lastHzn, h.confirmed)
 }
 
 // Beats is the number of beats posted successfully, periodic and pushed.
