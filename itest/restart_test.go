@@ -2,9 +2,12 @@ package itest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +58,12 @@ func restartableMemnode(t *testing.T) (*testproc.Proc, func()) {
 // one that waits for the start and says whether it failed. The process is
 // killed when the test ends.
 func restartableProxy(t *testing.T) (*testproc.Proc, func() (started func() error)) {
-	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-metrics", "", "-state-dir", t.TempDir()}, testproc.ProxyArgs()...)
+	return restartableProxyIn(t, t.TempDir())
+}
+
+// restartableProxyIn is restartableProxy with the state directory dir.
+func restartableProxyIn(t *testing.T, dir string) (*testproc.Proc, func() (started func() error)) {
+	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-metrics", "", "-state-dir", dir}, testproc.ProxyArgs()...)
 	bin := testproc.Bin(t, "proxy")
 	restart := func() func() error {
 		done := make(chan struct{})
@@ -144,6 +152,71 @@ func TestEmbeddedProxyRestartGrantsNothingFromBefore(t *testing.T) {
 	if err := started(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestReleasedDayLockDoesNotHoldUpARestart: a job takes a lock for a day
+// through an embedded proxy (SET nightly 1 NX EX 86400) and releases it;
+// another client holds a 4 s lock. The proxy is killed with -9 and started
+// again on its state directory. It owes the 4 s lock, and only that: before,
+// the state kept the day (a horizon only came down as deadlines passed,
+// released or not), and the restarted proxy served no lock, nor listened,
+// for 24 hours.
+func TestReleasedDayLockDoesNotHoldUpARestart(t *testing.T) {
+	dir := t.TempDir()
+	p, restart := restartableProxyIn(t, dir)
+	c := client(t, p.Addr)
+	ctx := ctxT(t, time.Minute)
+
+	if ok, err := c.SetNX(ctx, "nightly", "1", 24*time.Hour).Result(); !ok || err != nil {
+		t.Fatalf("SET nightly NX EX 86400: %v %v", ok, err)
+	}
+	const ttl = 4 * time.Second
+	sent := time.Now()
+	if ok, err := c.SetNX(ctx, "held", "a", ttl).Result(); !ok || err != nil {
+		t.Fatalf("SET held NX: %v %v", ok, err)
+	}
+	if n, err := c.Del(ctx, "nightly").Result(); n != 1 || err != nil {
+		t.Fatalf("DEL nightly: %v %v", n, err)
+	}
+	// What a restart would owe, as the state directory says.
+	for released := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		h := savedHorizon(t, dir)
+		if h < time.Minute {
+			break
+		}
+		if time.Since(released) > 20*time.Second {
+			t.Fatalf("20 s after the day's lock was released, a restart would still owe %v", h)
+		}
+	}
+	p.Kill()
+	started := restart()
+	_, grantedBy := acquireEventually(ctx, t, c, "held", "b", ttl)
+	if early := sent.Add(ttl).Sub(grantedBy); early > 0 {
+		t.Fatalf("the restarted proxy granted held %v before the lock of its previous run could have run out", early)
+	}
+	if err := started(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.SetNX(ctx, "nightly", "2", 24*time.Hour).Result(); !ok || err != nil {
+		t.Fatalf("SET nightly NX EX 86400 after the restart: %v %v", ok, err)
+	}
+}
+
+// savedHorizon is how long a restart on the state directory dir would
+// serve nothing, from when it was saved.
+func savedHorizon(t *testing.T, dir string) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "memnode-state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		MaxHorizonMs uint64 `json:"max_horizon_ms"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return time.Duration(st.MaxHorizonMs) * time.Millisecond
 }
 
 // acquireEventually asks for key until it is granted, through whatever
