@@ -25,15 +25,25 @@ type expirer struct {
 	fire  func(*hold, time.Time)
 
 	// secs counts the scheduled holds by their deadline's second after
-	// base, rounded up, for latest: the heap only knows the earliest.
-	// Buckets that empty stay at zero until latest prunes them (deleting
-	// a small map's last key has Go draw a new hash seed, a random read,
-	// on every uncontended release).
+	// base, for latest: the heap only knows the earliest. Buckets that
+	// empty stay at zero until latest prunes them (deleting a small map's
+	// last key has Go draw a new hash seed, a random read, on every
+	// uncontended release).
 	base  time.Time
-	secs  map[int64]int32
+	secs  map[int64]bucket
 	top   int64 // the latest bucket in use, if !stale
 	live  int   // buckets in use
 	stale bool
+}
+
+// bucket is one second of deadlines: how many holds end in it, and the
+// latest deadline added since it was last empty (after base), which is no
+// earlier than any of theirs. Exact rather than the second's end: a lease
+// publishes the latest deadline, and one that jittered up to a second above
+// the TTL would outgrow the confirmed horizon on every other beat.
+type bucket struct {
+	n    int32
+	last time.Duration
 }
 
 // expHeap orders holds by deadline; each hold knows its index (expIdx,
@@ -62,7 +72,7 @@ func (x *expHeap) Pop() any {
 
 func newExpirer(fire func(*hold, time.Time)) *expirer {
 	e := &expirer{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), fire: fire,
-		base: time.Now(), secs: map[int64]int32{}}
+		base: time.Now(), secs: map[int64]bucket{}}
 	go e.run()
 	return e
 }
@@ -107,23 +117,26 @@ func (e *expirer) remove(h *hold) {
 func (e *expirer) count(at time.Time, n int32) {
 	d := at.Sub(e.base) // the monotonic clock: a wall clock step moves nothing
 	b := int64(d / time.Second)
-	if d > time.Duration(b)*time.Second {
-		b++ // rounded up: the bucket's end is never before a deadline in it
-	}
 	c := e.secs[b]
-	e.secs[b] = c + n
+	was := c.n
+	c.n += n
 	switch {
-	case c == 0:
+	case was == 0:
 		e.live++
 		if b > e.top {
 			e.top = b
 		}
-	case c+n == 0:
+	case c.n == 0:
 		e.live--
+		c.last = 0
 		if b == e.top {
 			e.stale = true
 		}
 	}
+	if n > 0 && d > c.last {
+		c.last = d
+	}
+	e.secs[b] = c
 }
 
 // latest is no earlier than the deadline of every hold scheduled, and
@@ -135,7 +148,7 @@ func (e *expirer) latest() time.Time {
 		e.top, e.stale = math.MinInt64, false
 		for b, c := range e.secs {
 			switch {
-			case c == 0:
+			case c.n == 0:
 				delete(e.secs, b)
 			case b > e.top:
 				e.top = b
@@ -145,7 +158,7 @@ func (e *expirer) latest() time.Time {
 	if e.live == 0 {
 		return time.Time{}
 	}
-	return e.base.Add(time.Duration(e.top) * time.Second)
+	return e.base.Add(e.secs[e.top].last)
 }
 
 // poke makes the goroutine look at the heap now: a command found holds past

@@ -2,6 +2,8 @@ package lockmap
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -154,5 +156,49 @@ func TestRangeTTLEndsAtItsDeadline(t *testing.T) {
 	// The span was let go: another token gets it at once.
 	if _, ok, err := m.RangeAcquire(ctx, "r", "b", 0, 10, rangelock.Exclusive, time.Second, time.Second); !ok || err != nil {
 		t.Fatalf("span not free after its TTL: %v %v", ok, err)
+	}
+}
+
+// TestLatestBoundsEveryScheduledHold: what a lease publishes for the holds
+// in force is no earlier than any scheduled hold's deadline, and less than a
+// second later than the latest of them (zero with none), through random
+// schedules, moves and removals, in the same second and across many.
+func TestLatestBoundsEveryScheduledHold(t *testing.T) {
+	e := newExpirer(func(*hold, time.Time) {})
+	defer e.stop()
+	r := rand.New(rand.NewPCG(3, 4))
+	base := time.Now().Add(time.Hour) // nothing fires
+	var holds []*hold
+	for i := range 20000 {
+		switch op := r.IntN(10); {
+		case op < 5 || len(holds) == 0:
+			h := &hold{expIdx: -1}
+			holds = append(holds, h)
+			e.add(h, base.Add(time.Duration(r.IntN(5000))*time.Millisecond))
+		case op < 7:
+			e.add(holds[r.IntN(len(holds))], base.Add(time.Duration(r.IntN(5000))*time.Millisecond))
+		default:
+			j := r.IntN(len(holds))
+			e.remove(holds[j])
+			holds = slices.Delete(holds, j, j+1)
+		}
+		var want time.Time
+		for _, h := range holds {
+			if h.expAt.After(want) {
+				want = h.expAt
+			}
+		}
+		got := e.latest()
+		switch {
+		case want.IsZero() != got.IsZero():
+			t.Fatalf("op %d: latest %v with %d holds scheduled", i, got, len(holds))
+		case got.Before(want):
+			t.Fatalf("op %d: latest is %v before the latest deadline", i, want.Sub(got))
+		case got.Sub(want) >= time.Second:
+			t.Fatalf("op %d: latest is %v past the latest deadline", i, got.Sub(want))
+		}
+	}
+	if len(e.secs) > 2*e.live+64 {
+		t.Fatalf("%d buckets kept for %d in use", len(e.secs), e.live)
 	}
 }
