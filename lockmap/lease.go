@@ -35,8 +35,8 @@ type Lease struct {
 	// without a push.
 	floor, margin time.Duration
 	// headHold is how long the longest recent TTL keeps room in the
-	// horizon after it was last granted.
-	headHold time.Duration
+	// horizon after it was last granted; longHold, for one above longTTL.
+	headHold, longHold time.Duration
 
 	mu sync.Mutex
 	// sticky is the latest deadline of a grant whose hold the lease cannot
@@ -80,7 +80,7 @@ func NewSoloLease(ep rdma.Endpoint, margin time.Duration) *Lease {
 }
 
 func startLease(ep rdma.Endpoint, ls *Lease) *Lease {
-	ls.headHold = time.Minute
+	ls.headHold, ls.longHold = time.Minute, 10*time.Second
 	ls.hb = rdma.StartExactHeartbeat(ep, ls.horizon, func(err error) {
 		ls.mu.Lock()
 		ls.lost = err
@@ -134,13 +134,14 @@ func (ls *Lease) horizon() time.Duration {
 			latest = e
 		}
 	}
-	if time.Since(ls.headAt) > ls.headHold {
+	hold := ls.headHold
+	if ls.headTTL > longTTL {
+		hold = ls.longHold
+	}
+	if time.Since(ls.headAt) > hold {
 		ls.headTTL = 0 // a long TTL used once should not slow recovery forever
 	}
 	room := ls.headTTL
-	if room > maxRoom {
-		room = 0 // such grants push a beat of their own
-	}
 	held := ls.held // never changed in place: trackHolds appends to a copy
 	floor, margin := ls.floor, ls.margin
 	confirming := 0 * time.Second
@@ -158,11 +159,15 @@ func (ls *Lease) horizon() time.Duration {
 	return max(h, confirming)
 }
 
-// maxRoom is the longest TTL the horizon keeps room for after it was
-// granted (headHold): a grant with a longer TTL pushes a beat and waits for
-// its confirmation, which a TTL of hours can afford, rather than keep every
-// beat of the next minute that long after it was released.
-const maxRoom = 10 * time.Minute
+// longTTL is where a TTL is long enough that the room kept for the next
+// grant of it costs more than that grant's wait: the room is in every beat
+// the memory node saves, so a restart, or a recovery, would wait it out with
+// every lock of that TTL released. It is kept for longHold (10 s) instead
+// of headHold (a minute): locks of hours taken more often than that are
+// answered as fast as short ones, and a sparser one pushes a beat and waits
+// for the memory node to save it (about 50 ms on the embedded memory node,
+// an fsync: docs/notes/2026-11-29-horizon.md).
+const longTTL = 10 * time.Minute
 
 // Valid reports whether grants under this lease can still be trusted: the
 // memory node has heard from us recently enough that it cannot have declared

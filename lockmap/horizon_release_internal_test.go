@@ -1,4 +1,4 @@
-package lockmap_test
+package lockmap
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shiftlock/shiftlock-proxy/lockmap"
 	"github.com/shiftlock/shiftlock-proxy/memnode"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
@@ -34,7 +33,8 @@ type told struct {
 // does; a sampler reads the saved state as a restart would, every few
 // milliseconds, and checks it against every lock told and not let go. Then
 // every hour-long lock is released, and the saved horizon must come down
-// to the longest lock still held.
+// to the longest lock still held once the room kept for the next such
+// grant (longHold, 10 s, here 300 ms) has lapsed.
 func TestReleasedLocksStopHoldingUpARestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
@@ -49,9 +49,10 @@ func TestReleasedLocksStopHoldingUpARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := lockmap.NewLease(ep)
+	lease := NewLease(ep)
+	lease.longHold = 300 * time.Millisecond // the room kept for the next hour-long grant
 	t.Cleanup(lease.Stop)
-	m := lockmap.New([]*lockmap.Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, lockmap.Config{})
+	m := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, Config{})
 	t.Cleanup(m.Close)
 
 	var mu sync.Mutex
@@ -82,7 +83,7 @@ func TestReleasedLocksStopHoldingUpARestart(t *testing.T) {
 				if long {
 					ttl = time.Hour
 				}
-				_, ok, err := m.AcquireKey(ctx, key, token, lockmap.AcquireOptions{TTL: ttl})
+				_, ok, err := m.AcquireKey(ctx, key, token, AcquireOptions{TTL: ttl})
 				if err != nil {
 					t.Error(err)
 					return
