@@ -135,6 +135,40 @@ func TestLeaveKeepsTheLastPushedHorizon(t *testing.T) {
 	}
 }
 
+// A member whose newest beat publishes less than an earlier one holds up
+// recovery only until the newest one's horizon: with exact beats
+// (rdma.StartExactHeartbeat) a shorter beat means the longer grant was
+// released. Before, the memory node kept the longest horizon it had read,
+// so a lock of 30 s released at once still held recovery up for 30 s.
+func TestRecoveryFollowsTheNewestBeat(t *testing.T) {
+	host, _, a := joinOne(t, memnode.Config{Entries: 16, HeartbeatInterval: 10 * time.Millisecond, DeadAfter: 2 * time.Hour})
+	ctx := context.Background()
+	if _, err := a.FAA(ctx, a.Layout().EntryAddr(3), 1); err != nil {
+		t.Fatal(err)
+	}
+	var horizon atomic.Int64
+	horizon.Store(int64(30 * time.Second))
+	hb := rdma.StartExactHeartbeat(a, func() time.Duration { return time.Duration(horizon.Load()) }, nil)
+	if err := hb.Push(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // sweeps read the 30 s beat
+	horizon.Store(int64(100 * time.Millisecond))
+	if err := hb.Push(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	hb.Stop()
+	_ = a.Close()
+	rep, err := host.Recover(ctx, rdma.RecoverRequest{Entry: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status == rdma.RecoverNotYet && rep.RetryAfter > 5*time.Second {
+		t.Fatalf("recovery after a 30 s beat and a newer 100 ms one: %v after %v (%s)", rep.Status, rep.RetryAfter, rep.Reason)
+	}
+}
+
 // stuckStore is a state store whose saves never return, as etcd's do for a
 // lease's length when the member a write went to died.
 type stuckStore struct {
@@ -195,6 +229,67 @@ func TestBeatsNeverShortenThePublishedHorizon(t *testing.T) {
 	}
 	if ms := binary.LittleEndian.Uint64(b[:]); ms < 29000 {
 		t.Fatalf("the slot publishes %d ms after a 30 s beat and a 1 s one", ms)
+	}
+}
+
+// An exact beat (rdma.StartExactHeartbeat) reads its horizon under the
+// lock that orders beats, just before it publishes, and publishes what it
+// reads, less than the last beat if that is what it reads: what a released
+// lock needs. A grant that checks its cover through With, under the same
+// lock, so never relies on a beat that one computed before it overwrites.
+func TestExactBeatsPublishWhatTheyReadUnderTheLock(t *testing.T) {
+	_, _, a := joinOne(t, memnode.Config{Entries: 16, HeartbeatInterval: time.Hour, DeadAfter: 2 * time.Hour})
+	ctx := context.Background()
+	var horizon atomic.Int64
+	var inWith atomic.Bool
+	hb := rdma.StartExactHeartbeat(a, func() time.Duration {
+		if inWith.Load() {
+			t.Error("a beat read its horizon while a grant checked its cover")
+		}
+		return time.Duration(horizon.Load())
+	}, nil)
+	defer hb.Stop()
+	slot := a.Layout().NodeSlotAddr(a.Node())
+	published := func() time.Duration {
+		var b [8]byte
+		if err := a.Read(ctx, rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotHorizon}, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(binary.LittleEndian.Uint64(b[:])) * time.Millisecond
+	}
+	horizon.Store(int64(30 * time.Second))
+	if err := hb.Push(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := published(); h < 29*time.Second {
+		t.Fatalf("a beat whose horizon reads 30 s published %v", h)
+	}
+	horizon.Store(int64(time.Second)) // the long grant was released
+	if err := hb.Push(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := published(); h > 2*time.Second {
+		t.Fatalf("a beat whose horizon reads 1 s published %v: a released lock still counts", h)
+	}
+	if err := hb.Push(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if h := published(); h < 4*time.Second {
+		t.Fatalf("a push of at least 5 s published %v", h)
+	}
+
+	// A beat waits for a check under way.
+	checking, done := make(chan struct{}), make(chan error)
+	go hb.With(func(time.Time, time.Duration, time.Duration) {
+		inWith.Store(true)
+		close(checking)
+		time.Sleep(50 * time.Millisecond)
+		inWith.Store(false)
+	})
+	<-checking
+	go func() { done <- hb.Push(ctx, 0) }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
