@@ -214,9 +214,8 @@ func (ls *Lease) cover(ctx context.Context, end time.Time, ttl time.Duration, tr
 		if err := ls.hb.Push(ctx, time.Until(end)+ls.margin); err != nil {
 			return pin{}, fmt.Errorf("%w: %w", ErrNoLease, err)
 		}
-		// Push may publish more than asked (never less than an
-		// acknowledged beat promised): the horizon to confirm is what it
-		// published.
+		// Push may publish more than asked (what the horizon reads): the
+		// horizon to confirm is what it published.
 		_, h := ls.hb.Published()
 		if err := ls.awaitConfirm(ctx, h); err != nil {
 			return pin{}, err
