@@ -206,25 +206,64 @@ func (ls *Lease) Cover(ctx context.Context, end time.Time, ttl time.Duration) er
 
 // cover is Cover; with track, the grant is pinned (coverPinned).
 func (ls *Lease) cover(ctx context.Context, end time.Time, ttl time.Duration, track bool) (pin, error) {
-	for {
-		p, covered, err := ls.tryCover(end, ttl, track)
-		if covered || err != nil {
-			return p, err
+	p, covered, err := ls.tryCover(end, ttl, track)
+	if covered || err != nil {
+		return p, err
+	}
+	// From the push until the grant is pinned every beat covers it, even
+	// one that rotates its deadline out of the lease's generations: the
+	// confirmation relies on the beats in between, as it did when a
+	// deadline counted until it passed.
+	need := time.Until(end) + ls.margin
+	ls.confirm(need, 1)
+	defer ls.confirm(need, -1)
+	if err := ls.hb.Push(ctx, need); err != nil {
+		return pin{}, fmt.Errorf("%w: %w", ErrNoLease, err)
+	}
+	// Push may publish more than asked (what the horizon reads): the
+	// horizon to confirm is what it published.
+	_, h := ls.hb.Published()
+	if err := ls.awaitConfirm(ctx, h); err != nil {
+		return pin{}, err
+	}
+	if track {
+		p = ls.pinConfirmed(end)
+	}
+	return p, nil
+}
+
+// pinConfirmed pins a grant whose horizon Cover pushed and had confirmed,
+// while the beats still publish at least that horizon.
+func (ls *Lease) pinConfirmed(end time.Time) (p pin) {
+	ls.hb.With(func(time.Time, time.Duration, time.Duration) {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if len(ls.held) == 0 {
+			if end.After(ls.sticky) {
+				ls.sticky = end
+			}
+			return
 		}
-		if err := ls.hb.Push(ctx, time.Until(end)+ls.margin); err != nil {
-			return pin{}, fmt.Errorf("%w: %w", ErrNoLease, err)
+		cur := ls.gen % 2
+		if end.After(ls.ends[cur]) {
+			ls.ends[cur] = end
 		}
-		// Push may publish more than asked (what the horizon reads): the
-		// horizon to confirm is what it published.
-		_, h := ls.hb.Published()
-		if err := ls.awaitConfirm(ctx, h); err != nil {
-			return pin{}, err
-		}
-		if !track {
-			return pin{}, nil
-		}
-		// A pin is checked against the newest beat, which may have
-		// published less once the confirmation was in: check again.
+		ls.pins[cur]++
+		p = pin{ls: ls, gen: ls.gen}
+	})
+	return p
+}
+
+// confirm adds n to the count of grants that need every beat to publish
+// at least h.
+func (ls *Lease) confirm(h time.Duration, n int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.confirming == nil {
+		ls.confirming = make(map[time.Duration]int)
+	}
+	if ls.confirming[h] += n; ls.confirming[h] == 0 {
+		delete(ls.confirming, h)
 	}
 }
 
@@ -356,19 +395,8 @@ func (ls *Lease) awaitConfirm(ctx context.Context, h time.Duration) error {
 	// beat overwrites the pushed one: were the periodic beats to publish
 	// less meanwhile (the horizon falls as grants run out), a memory node
 	// that came round late would never see h, and never confirm it.
-	ls.mu.Lock()
-	if ls.confirming == nil {
-		ls.confirming = make(map[time.Duration]int)
-	}
-	ls.confirming[h]++
-	ls.mu.Unlock()
-	defer func() {
-		ls.mu.Lock()
-		if ls.confirming[h]--; ls.confirming[h] == 0 {
-			delete(ls.confirming, h)
-		}
-		ls.mu.Unlock()
-	}()
+	ls.confirm(h, 1)
+	defer ls.confirm(h, -1)
 	l := ls.ep.Layout()
 	slot := l.NodeSlotAddr(ls.ep.Node())
 	addr := rdma.Addr{Region: slot.Region, Offset: slot.Offset + rdma.SlotConfirmed}
