@@ -122,6 +122,11 @@ func (s *store) load() (State, bool, error) {
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return State{}, false, fmt.Errorf("memnode: corrupt state file %s: %w", filepath.Join(s.dir, stateFile), err)
 	}
+	if st.Generation == 0 {
+		// Every file written here names a generation: read as a first
+		// start, this one would owe the previous run nothing.
+		return State{}, false, fmt.Errorf("memnode: corrupt state file %s: it names no generation (%q)", filepath.Join(s.dir, stateFile), raw[:min(len(raw), 80)])
+	}
 	return st, true, nil
 }
 

@@ -3,6 +3,8 @@ package memnode_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +108,24 @@ func TestStateDirIsExclusive(t *testing.T) {
 	}
 	host.Close()
 	memnode.New(open(t, dir, memnode.Config{Entries: 16})).Close()
+}
+
+// TestStateFileWithoutAGenerationIsRefused: every state file a memory node
+// writes names its generation, 1 or more. One that parses but names none
+// ("{}", a hand edit, another program's file) is not a first start: a
+// restart would owe nothing and grant at once what the previous run
+// granted. Before, it was read as generation 0 and the node started as
+// generation 1 with no grace.
+func TestStateFileWithoutAGenerationIsRefused(t *testing.T) {
+	for _, content := range []string{`{}`, `{"generation":0,"max_horizon_ms":5000}`, `null`} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "memnode-state.json"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := memnode.Open(dir, memnode.Config{Entries: 16}); err == nil || !strings.Contains(err.Error(), "corrupt state file") {
+			t.Fatalf("state file %s: %v, want it refused as corrupt", content, err)
+		}
+	}
 }
 
 // TestSavedHorizonComesDown: once the locks granted under a long horizon
