@@ -101,8 +101,9 @@ func New(doms []*Domain, cfg Config) *Map {
 }
 
 // track has d's lease count the holds this map schedules for expiry, so
-// that its horizon falls as they are released. A lease shared with another
-// map, or one no map tracks, counts every grant until its deadline.
+// that its horizon falls as they are released. A lease that no map tracks
+// counts every grant until its deadline; one that several maps use counts
+// the holds of each.
 func (m *Map) track(d *Domain) {
 	if d.Lease != nil {
 		d.Lease.trackHolds(m.exp.latest)
