@@ -144,7 +144,7 @@ func (ls *Lease) horizon() time.Duration {
 	room := ls.headTTL
 	held := ls.held // never changed in place: trackHolds appends to a copy
 	floor, margin := ls.floor, ls.margin
-	confirming := 0 * time.Second
+	var confirming time.Duration
 	for c := range ls.confirming {
 		confirming = max(confirming, c)
 	}
@@ -238,20 +238,34 @@ func (ls *Lease) pinConfirmed(end time.Time) (p pin) {
 	ls.hb.With(func(time.Time, time.Duration, time.Duration) {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
-		if len(ls.held) == 0 {
-			if end.After(ls.sticky) {
-				ls.sticky = end
-			}
-			return
+		if ls.record(end, true) {
+			p = ls.pinLocked()
 		}
-		cur := ls.gen % 2
-		if end.After(ls.ends[cur]) {
-			ls.ends[cur] = end
-		}
-		ls.pins[cur]++
-		p = pin{ls: ls, gen: ls.gen}
 	})
 	return p
+}
+
+// record counts a grant ending at end in the horizon, ls.mu held: in the
+// current generation if track and a Map tracks the lease's holds (it
+// reports true), else until end passes.
+func (ls *Lease) record(end time.Time, track bool) bool {
+	if !track || len(ls.held) == 0 {
+		if end.After(ls.sticky) {
+			ls.sticky = end
+		}
+		return false
+	}
+	if cur := ls.gen % 2; end.After(ls.ends[cur]) {
+		ls.ends[cur] = end
+	}
+	return true
+}
+
+// pinLocked pins the grant just recorded in the current generation;
+// ls.mu is held.
+func (ls *Lease) pinLocked() pin {
+	ls.pins[ls.gen%2]++
+	return pin{ls: ls, gen: ls.gen}
 }
 
 // confirm adds n to the count of grants that need every beat to publish
@@ -343,20 +357,10 @@ func (ls *Lease) tryCover(end time.Time, ttl time.Duration, track bool) (p pin, 
 			covered = true // bounded by membership, which every beat covers
 			return
 		}
-		track = track && len(ls.held) > 0
-		cur := ls.gen % 2
-		switch {
-		case !track:
-			if end.After(ls.sticky) {
-				ls.sticky = end
-			}
-		case end.After(ls.ends[cur]):
-			ls.ends[cur] = end
-		}
+		tracked := ls.record(end, track)
 		covered = !end.After(at.Add(h)) && (!persistent || h <= confirmed)
-		if covered && track {
-			ls.pins[cur]++
-			p = pin{ls: ls, gen: ls.gen}
+		if covered && tracked {
+			p = ls.pinLocked()
 		}
 	})
 	return p, covered, err
