@@ -61,9 +61,11 @@ func restartableProxy(t *testing.T) (*testproc.Proc, func() (started func() erro
 	return restartableProxyIn(t, t.TempDir())
 }
 
-// restartableProxyIn is restartableProxy with the state directory dir.
-func restartableProxyIn(t *testing.T, dir string) (*testproc.Proc, func() (started func() error)) {
+// restartableProxyIn is restartableProxy with the state directory dir, and
+// extra flags.
+func restartableProxyIn(t *testing.T, dir string, extra ...string) (*testproc.Proc, func() (started func() error)) {
 	args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t)), "-metrics", "", "-state-dir", dir}, testproc.ProxyArgs()...)
+	args = append(args, extra...)
 	bin := testproc.Bin(t, "proxy")
 	restart := func() func() error {
 		done := make(chan struct{})
@@ -200,6 +202,61 @@ func TestReleasedDayLockDoesNotHoldUpARestart(t *testing.T) {
 	}
 	if ok, err := c.SetNX(ctx, "nightly", "2", 24*time.Hour).Result(); !ok || err != nil {
 		t.Fatalf("SET nightly NX EX 86400 after the restart: %v %v", ok, err)
+	}
+}
+
+// TestStoppedProxyOwesTheNextStartOnlyTheLocksStillHeld: an embedded proxy
+// stopped with SIGTERM once its clients released their locks (one of an
+// hour, one of 30 s, the way a deploy finds them) leaves a state directory
+// that owes the next start nothing but its margin, so a restart serves at
+// once; a lock still held when the drain gives up (drain_timeout 0) is
+// still waited out by the next start. Before, the clean stop saved the room
+// the lease keeps for the next grant of the longest recent TTL: the next
+// start served nothing for an hour (for 30 s with only the 30 s lock),
+// although nothing was held.
+func TestStoppedProxyOwesTheNextStartOnlyTheLocksStillHeld(t *testing.T) {
+	dir := t.TempDir()
+	ctx := ctxT(t, time.Minute)
+	for _, ttl := range []time.Duration{30 * time.Second, time.Hour} {
+		p, _ := restartableProxyIn(t, dir)
+		c := client(t, p.Addr)
+		if ok, err := c.SetNX(ctx, "job", "1", ttl).Result(); !ok || err != nil {
+			t.Fatalf("SET job NX PX %d: %v %v", ttl.Milliseconds(), ok, err)
+		}
+		if n, err := c.Del(ctx, "job").Result(); n != 1 || err != nil {
+			t.Fatalf("DEL job: %v %v", n, err)
+		}
+		if err := p.Stop(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing was held: what is owed is the embedded lease's margin
+		// (a quarter of a second), and at most a few beats' worth of
+		// slack, nowhere near the TTL.
+		h := savedHorizon(t, dir)
+		if h > 5*time.Second {
+			t.Fatalf("TTL %v: stopped with no lock held, the state directory owes the next start %v", ttl, h)
+		}
+		t.Logf("TTL %v: stopped with no lock held, the next start owes %v", ttl, h)
+		// The next round's start, and the last part's, is the restart.
+	}
+
+	p, restart := restartableProxyIn(t, dir, "-drain-timeout", "0")
+	c := client(t, p.Addr)
+	const ttl = 6 * time.Second
+	sent := time.Now()
+	if ok, err := c.SetNX(ctx, "held", "a", ttl).Result(); !ok || err != nil {
+		t.Fatalf("SET held NX: %v %v", ok, err)
+	}
+	if err := p.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	started := restart()
+	_, grantedBy := acquireEventually(ctx, t, c, "held", "b", ttl)
+	if early := sent.Add(ttl).Sub(grantedBy); early > 0 {
+		t.Fatalf("the restarted proxy granted held %v before the lock its previous run left held could have run out", early)
+	}
+	if err := started(); err != nil {
+		t.Fatal(err)
 	}
 }
 

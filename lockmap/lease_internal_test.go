@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +256,71 @@ func TestTryCover(t *testing.T) {
 	ls.mu.Unlock()
 	if ok, err := ls.TryCover(at.Add(h/2), short); ok || !errors.Is(err, ErrNoLease) {
 		t.Fatalf("a lost lease: covered %v, %v; want ErrNoLease", ok, err)
+	}
+}
+
+// TestRetireCountsOnlyTheGrantsInForce: a retired lease's last beat keeps
+// no room for a next grant, however long the recent TTLs, but still covers
+// the grants in force: one the Map's expirer holds, and one checked and
+// not yet handed to it (pinned). Every grant after it is refused.
+func TestRetireCountsOnlyTheGrantsInForce(t *testing.T) {
+	ctx := context.Background()
+	for _, inForce := range []string{"none", "held", "pinned"} {
+		_, ls := leaseOnDisk(t, nil)
+		var latest atomic.Int64 // the expirer's latest deadline, Unix ns; 0: none
+		ls.trackHolds(func() time.Time {
+			if n := latest.Load(); n != 0 {
+				return time.Unix(0, n)
+			}
+			return time.Time{}
+		})
+		const long = 30 * time.Second
+		end := time.Now().Add(long)
+		p, err := ls.cover(ctx, end, long, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest.Store(end.UnixNano())
+		p.unpin()
+		latest.Store(0) // released
+		ls.mu.Lock()
+		room := ls.headTTL
+		ls.mu.Unlock()
+		if room != long {
+			t.Fatalf("after a %v grant the beats keep %v of room; the test needs them to keep the TTL", long, room)
+		}
+
+		var want time.Time
+		switch inForce {
+		case "held":
+			want = time.Now().Add(5 * time.Second)
+			latest.Store(want.UnixNano())
+		case "pinned":
+			// In a generation of its own: one that shares the released
+			// grant's keeps that deadline until the pin goes, which errs
+			// long (safe) for the microseconds a pin lasts.
+			if err := ls.hb.Push(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			want = time.Now().Add(5 * time.Second)
+			if p, ok, err := ls.tryCover(want, 5*time.Second, true); !ok || err != nil {
+				t.Fatalf("a 5 s grant under a %v horizon: covered %v, %v", long, ok, err)
+			} else {
+				defer p.unpin()
+			}
+		}
+		if err := ls.Retire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at, h := ls.hb.Published()
+		if end := at.Add(h); end.Before(want) {
+			t.Errorf("%s: the last beat ends %v before the grant in force", inForce, want.Sub(end))
+		}
+		if floor := ls.floor + ls.margin; h > max(time.Until(want)+ls.margin, floor)+time.Second {
+			t.Errorf("%s: the last beat publishes %v: room for grants that will not come", inForce, h)
+		}
+		if _, ok, err := ls.tryCover(time.Now().Add(time.Second), time.Second, true); ok || !errors.Is(err, ErrDraining) {
+			t.Errorf("%s: a grant after Retire: covered %v, %v; want ErrDraining", inForce, ok, err)
+		}
 	}
 }

@@ -49,7 +49,7 @@ type Member struct {
 
 	// Dom is the current membership's lock domain (set by Connect).
 	Dom   *lockmap.Domain
-	close func()
+	close func(retire bool)
 	// at is the record of the memory node joined (Joined).
 	at ha.Record
 }
@@ -132,8 +132,14 @@ func (mb *Member) Connect(ctx context.Context) error {
 		lease = lockmap.NewLease(ep)
 	}
 	mb.Dom = &lockmap.Domain{Name: mb.Name, Client: c, Lease: lease}
-	mb.close = func() {
+	mb.close = func(retire bool) {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if retire && lease.Dead() == nil {
+			// The memory node keeps the last beat's horizon for the node,
+			// which should not count room for grants it will never make
+			// (lockmap.Lease.Retire).
+			_ = lease.Retire(cctx)
+		}
 		_ = c.Close(cctx)
 		cancel()
 		lease.Stop()
@@ -145,9 +151,15 @@ func (mb *Member) Connect(ctx context.Context) error {
 }
 
 // Close ends the current membership: the client, its lease, the endpoint.
-func (mb *Member) Close() {
+// Its last beat counts only the locks still held through it.
+func (mb *Member) Close() { mb.end(true) }
+
+// end is Close; retire is false for a membership that is already void
+// (dead, or on a memory node that was deposed), which would only delay the
+// rejoin by waiting for a beat.
+func (mb *Member) end(retire bool) {
 	if mb.close != nil {
-		mb.close()
+		mb.close(retire)
 	}
 }
 
@@ -173,7 +185,7 @@ func (mb *Member) Supervise(ctx context.Context, m Replacer, rejoins func()) {
 		mb.Log.Warn("membership lost; rejoining", zap.String("memnode", mb.Name), zap.Error(why))
 		// The old membership is void: close it first, which also frees its
 		// peer port for the new one.
-		mb.Close()
+		mb.end(false)
 		backoff := 50 * time.Millisecond
 		for {
 			err := mb.connectWithin(ctx, 5*time.Second)

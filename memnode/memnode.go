@@ -268,6 +268,7 @@ func (s *Server) Close() {
 		close(s.stop)
 	}
 	<-s.done
+	s.persistLast(time.Now())
 	if c, ok := s.cfg.Store.(io.Closer); ok {
 		_ = c.Close()
 	}
@@ -596,12 +597,31 @@ const (
 // So the saved horizon follows the members' horizons down once their grants
 // have run out, and a long TTL used once does not lengthen every later
 // restart.
-func (s *Server) persist(now time.Time) {
+func (s *Server) persist(now time.Time) { s.save(now, false) }
+
+// persistLast is the save a closing memory node makes, once its sweeps
+// and saves have stopped. With no member left, each one that left had its
+// last beat observed as it did (Leave), and that beat counted the grants
+// still in force and none to come (lockmap.Lease.Retire): the tombs bound
+// everything a next generation must wait for, and the saved horizon comes
+// down to them at once. Before, it stayed at the room the beats had kept
+// for the next grant, and a proxy stopped cleanly with nothing held had its
+// next start on the state directory serve nothing for a TTL. With members
+// left it is an ordinary save: they may rely on what was confirmed.
+func (s *Server) persistLast(now time.Time) { s.save(now, true) }
+
+// save is persist; last is persistLast.
+func (s *Server) save(now time.Time, last bool) {
 	st := s.cfg.Store
 	if st == nil {
 		return
 	}
 	target := s.horizonTarget(now)
+	if last {
+		s.mu.Lock()
+		last = len(s.members) == 0
+		s.mu.Unlock()
+	}
 	cur := st.Get()
 	hwm := cur.RelHighWater
 	if now.Sub(s.lastScan) >= relScanEvery {
@@ -614,7 +634,7 @@ func (s *Server) persist(now time.Time) {
 	}
 	saveHzn := cur.MaxHorizonMs
 	switch {
-	case target > saveHzn:
+	case target > saveHzn, last:
 		saveHzn = target
 	case (target+lowerMinMs <= saveHzn || target == 0 && saveHzn > 0) && s.slotMs <= target && now.Sub(s.lastLower) >= lowerEvery:
 		saveHzn = target

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +180,60 @@ func TestSoloRestartOwesOnlyTheHorizon(t *testing.T) {
 	cfg.DeadAfter = time.Second
 	if _, grace := memnode.NextGeneration(memnode.State{Generation: 3, MaxHorizonMs: 8250}, true, cfg); grace < 9250*time.Millisecond {
 		t.Fatalf("memory node grace %v, want the horizon plus dead_after", grace)
+	}
+}
+
+// TestClosingSavesOnlyWhatDepartedMembersStillHold: a memory node that
+// closes with no member left saves the horizon their last beats published,
+// even if that is less than it saved before, so a next generation waits
+// for nothing else. A member still joined keeps what it was confirmed.
+// Before, a proxy that stopped cleanly right after its horizon came down
+// left the higher horizon saved: the embedded memory node's next start
+// served nothing for a TTL with nothing held.
+func TestClosingSavesOnlyWhatDepartedMembersStillHold(t *testing.T) {
+	base := memnode.Config{Entries: 64, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second}
+	ctx := context.Background()
+	for _, stay := range []bool{false, true} {
+		cfg := open(t, t.TempDir(), base)
+		host := memnode.New(cfg)
+		fab := memfab.New(host)
+		var hs []*rdma.Heartbeat
+		var eps []*memfab.Endpoint
+		var horizon [2]atomic.Int64
+		for i := range 2 {
+			ep, err := fab.Join(string(rune('a' + i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			horizon[i].Store(int64(10 * time.Second))
+			hb := rdma.StartExactHeartbeat(ep, func() time.Duration { return time.Duration(horizon[i].Load()) }, nil)
+			defer hb.Stop()
+			hs, eps = append(hs, hb), append(eps, ep)
+		}
+		for deadline := time.Now().Add(10 * time.Second); cfg.Store.Get().MaxHorizonMs < 10000; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the 10 s horizons were not saved: %d ms", cfg.Store.Get().MaxHorizonMs)
+			}
+		}
+		// Their locks released, the members publish 300 ms and leave, or
+		// one stays with its 10 s; the memory node closes at once.
+		for i := range 2 {
+			if stay && i == 1 {
+				continue
+			}
+			horizon[i].Store(int64(300 * time.Millisecond))
+			if err := hs[i].Push(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			host.Leave(eps[i].Node())
+		}
+		host.Close()
+		saved := time.Duration(cfg.Store.Get().MaxHorizonMs) * time.Millisecond
+		switch {
+		case !stay && saved > time.Second:
+			t.Errorf("closed with no member left, whose last beats said 300 ms: saved %v", saved)
+		case stay && saved < 10*time.Second:
+			t.Errorf("closed with a member still joined on a 10 s horizon: saved %v", saved)
+		}
 	}
 }
