@@ -100,3 +100,45 @@ func waitExit(t *testing.T, p *testproc.Proc, d time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLockLeftHeldByAStoppedProxyIsWaitedOut: a proxy on a shared memory
+// node that stops with a lock still held (drain_timeout 0) leaves with a
+// last beat that counts that lock (lockmap.Lease.Retire drops only the
+// room for grants to come): another proxy's client is granted the key only
+// after its TTL, and sooner than the room of the 30 s TTL used just before
+// (released) would have allowed.
+func TestLockLeftHeldByAStoppedProxyIsWaitedOut(t *testing.T) {
+	mn := testproc.Memnode(t)
+	pa := testproc.Proxy(t, "-memnode", mn.Addr, "-drain-timeout", "0")
+	pb := testproc.Proxy(t, "-memnode", mn.Addr)
+	a, b := client(t, pa.Addr), client(t, pb.Addr)
+	ctx := ctxT(t, time.Minute)
+	const long = 30 * time.Second
+	longSent := time.Now()
+	if ok, err := a.SetNX(ctx, "long", "a", long).Result(); !ok || err != nil {
+		t.Fatalf("SET long NX: %v %v", ok, err)
+	}
+	if n, err := a.Del(ctx, "long").Result(); n != 1 || err != nil {
+		t.Fatalf("DEL long: %v %v", n, err)
+	}
+	const ttl = 4 * time.Second
+	sent := time.Now()
+	if ok, err := a.SetNX(ctx, "k", "a", ttl).Result(); !ok || err != nil {
+		t.Fatalf("SET k NX: %v %v", ok, err)
+	}
+	if err := pa.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, grantedBy := untilGranted(t, time.Now().Add(45*time.Second), anyError, func() (uint64, error) {
+		return b.Do(ctx, "LOCK.ACQUIRE", "k", "b", "PX", ttl.Milliseconds(), "WAIT", 100).Uint64()
+	})
+	if early := sent.Add(ttl).Sub(grantedBy); early > 0 {
+		t.Fatalf("granted k through another proxy %v before the stopped proxy's lock could have run out", early)
+	}
+	// The released lock, and the room kept for the next one of its TTL,
+	// must not count: before, k came 26 s after its TTL, with long's.
+	if late := grantedBy.Sub(longSent.Add(long)); late > 0 {
+		t.Fatalf("k was granted only %v after the released %v lock's deadline: the stopped proxy's last beat kept room for grants to come", late, long)
+	}
+	t.Logf("granted %v after the stopped proxy's lock ran out", grantedBy.Sub(sent.Add(ttl)).Round(time.Millisecond))
+}
