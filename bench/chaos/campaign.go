@@ -67,7 +67,9 @@ type Config struct {
 	// Embedded clients use a proxy of their own on its embedded memory
 	// node, on keys of their own ("emb:k"), with one keeper; the
 	// embedded-restart fault kills it with -9 and starts it again on its
-	// state directory. Default 8; negative: no embedded proxy.
+	// state directory, embedded-stop stops it with SIGTERM (a drain that
+	// gives up, drainTimeout) and starts it again. Default 8; negative: no
+	// embedded proxy.
 	Embedded int
 
 	// RangeClients lock spans of RangeNames range-lock names ("range:k")
@@ -89,10 +91,13 @@ var FaultKinds = []string{
 	"kill-proxy", "memnode-restart", "pause-proxy",
 	"mem-latency", "mem-timeout", "mem-reset", "mem-partition",
 	"peer-latency", "peer-partition", "embedded-restart",
+	"stop-proxy", "embedded-stop",
 }
 
 // HAFaultKinds are the faults of an HA campaign. The memory-node link faults
-// act on the active memory node's one link, so they reach every proxy.
+// act on the active memory node's one link, so they reach every proxy. The
+// clean stops are left to the other campaign: a proxy leaves an HA memory
+// node as it leaves any other, and CI runs both campaigns with every kind.
 var HAFaultKinds = []string{
 	"kill-proxy", "memnode-kill", "pause-proxy", "etcd-kill",
 	"mem-latency", "memnode-partition", "mem-timeout", "mem-reset",

@@ -22,9 +22,9 @@ func (c *campaign) injectFaults(ctx context.Context, held []atomic.Int64, heldKe
 		kind := c.cfg.Kinds[i%len(c.cfg.Kinds)]
 		target := i % c.cfg.Proxies
 		switch kind {
-		case "kill-proxy", "pause-proxy":
+		case "kill-proxy", "pause-proxy", "stop-proxy":
 			target = busiest(held[:c.cfg.Proxies])
-		case "embedded-restart":
+		case "embedded-restart", "embedded-stop":
 			target = c.cfg.Proxies
 		}
 		start := time.Now()
@@ -89,6 +89,27 @@ func (c *campaign) inject(ctx context.Context, kind string, target int, heldKeys
 		pp.p.Kill()
 		sleep(ctx, time.Second)
 		return t.startEmbedded()
+	case "embedded-stop":
+		if pp == nil {
+			return fmt.Errorf("no embedded proxy in this campaign")
+		}
+		// A deploy: SIGTERM, a drain that gives up before the keeper lets
+		// go (drainTimeout), and the same command on the same state
+		// directory. The last beat counts only the locks left held, and
+		// the next start must still wait those out.
+		if err := pp.p.Stop(30 * time.Second); err != nil {
+			return err
+		}
+		return t.startEmbedded()
+	case "stop-proxy":
+		// The same on the shared memory node: the locks the proxy left
+		// held are recovered for the other proxies' clients once the last
+		// beat's horizon has passed, and not before.
+		if err := pp.p.Stop(30 * time.Second); err != nil {
+			return err
+		}
+		sleep(ctx, time.Second)
+		return t.startProxy(pp)
 	case "kill-proxy":
 		var keys []string
 		heldKeys.Range(func(k, v any) bool {

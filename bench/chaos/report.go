@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -44,7 +45,11 @@ func Report(cfg Config, r Result) string {
 		more = append(more, fmt.Sprintf("%d range-lock clients on %d names (spans of 16 units to the whole tree, %.0f%% shared, a quarter of them tries with WAIT 0)%s, and 2 more on the embedded proxy", cfg.RangeClients, cfg.RangeNames, rangeShared*100, rk))
 	}
 	if cfg.Embedded > 0 {
-		more = append(more, fmt.Sprintf("a proxy on its embedded memory node (a state directory, kill -9 and restart) with %d clients and a keeper on keys of its own", cfg.Embedded))
+		how := "kill -9 and restart"
+		if slices.Contains(cfg.Kinds, "embedded-stop") {
+			how = fmt.Sprintf("kill -9, or SIGTERM with a drain of %v, and restart", drainTimeout)
+		}
+		more = append(more, fmt.Sprintf("a proxy on its embedded memory node (a state directory, %s) with %d clients and a keeper on keys of its own", how, cfg.Embedded))
 	}
 	extra := ""
 	if len(more) > 0 {

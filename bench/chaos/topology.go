@@ -226,10 +226,15 @@ func (t *topology) startMemnode() error {
 	return nil
 }
 
+// drainTimeout is the proxies' drain_timeout: shorter than the keepers'
+// holds, so that a stop-proxy or embedded-stop fault leaves locks held, as
+// a deploy with a short grace period does.
+const drainTimeout = 300 * time.Millisecond
+
 func (t *topology) startProxy(pp *proxyProc) error {
 	args := []string{"-listen", addr(pp.respPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
 		"-peer-listen", addr(pp.peerPort), "-advertise", addr(pp.peerTx),
-		"-acquire-wait", t.cfg.Wait.String(), "-name", fmt.Sprintf("proxy-%d", pp.i)}
+		"-acquire-wait", t.cfg.Wait.String(), "-name", fmt.Sprintf("proxy-%d", pp.i), "-drain-timeout", drainTimeout.String()}
 	if t.cfg.HA {
 		args = append(args, "-etcd", strings.Join(t.etcd.Endpoints(), ","), "-shard", "default")
 	} else {
@@ -252,7 +257,7 @@ func (t *topology) startProxy(pp *proxyProc) error {
 func (t *topology) startEmbedded() error {
 	e := t.embedded
 	args := []string{"-listen", addr(e.respPort), "-metrics", "", "-log-level", t.cfg.logLevel(),
-		"-acquire-wait", t.cfg.Wait.String(), "-name", "proxy-embedded", "-entries", "65536",
+		"-acquire-wait", t.cfg.Wait.String(), "-name", "proxy-embedded", "-entries", "65536", "-drain-timeout", drainTimeout.String(),
 		"-state-dir", filepath.Join(t.cfg.WorkDir, "embedded")}
 	args = append(args, t.cfg.ProxyArgs...)
 	p, err := testproc.Launch("proxy-embedded", t.cfg.ProxyBin, args, testproc.ProxyReady, 90*time.Second)

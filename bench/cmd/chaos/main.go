@@ -49,7 +49,7 @@ func main() {
 	flag.StringVar(&cfg.EtcdBin, "etcd-bin", "", "etcd binary, with -ha (default: etcd on PATH)")
 	flag.IntVar(&cfg.ConstKeys, "const-keys", 2, "keys locked with the constant value \"1\" by one client per proxy (-1: none)")
 	flag.IntVar(&cfg.Lapsers, "lapsers", 2, "clients that let their locks lapse, then extend and release them (-1: none)")
-	flag.IntVar(&cfg.Embedded, "embedded", 8, "clients of a proxy on its embedded memory node, restarted by the embedded-restart fault (-1: no such proxy)")
+	flag.IntVar(&cfg.Embedded, "embedded", 8, "clients of a proxy on its embedded memory node, restarted by the embedded-restart and embedded-stop faults (-1: no such proxy)")
 	flag.IntVar(&cfg.RangeClients, "range-clients", 6, "range-lock clients spread over the proxies, with a range keeper if there are keepers (-1: none)")
 	flag.IntVar(&cfg.RangeNames, "range-names", 3, "range-lock names they lock spans of")
 	flag.BoolVar(&cfg.Plant, "plant-double-grant", false, "record a critical section taken without the lock: the checker must flag it")
