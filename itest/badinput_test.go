@@ -66,3 +66,57 @@ func TestBadInputGetsErrorsNotCrashes(t *testing.T) {
 		t.Fatalf("other client after the bad input: %q %v", v, err)
 	}
 }
+
+// TestBadInputBehindAWaitingAcquire: a client pipelines an acquire that
+// gets its lock at once, one that waits in a lock's queue, another that
+// gets its lock at once, then bad input. As Redis answers everything it
+// ran before bad input, the proxy answers all three, the waiting one once
+// it is handed its lock, then the error, and closes; on both front ends.
+// Before, the error went out at once and the connection closed: the
+// replies of the commands behind the waiting one were dropped (one had
+// granted a lock its client was never told of, held until its TTL), and
+// the waiting one was abandoned.
+func TestBadInputBehindAWaitingAcquire(t *testing.T) {
+	eachFrontend(t, func(t *testing.T, fe string) {
+		p := testproc.Proxy(t, "-frontend", fe, "-acquire-wait", "30s")
+		holder, c := dialRaw(t, p.Addr), dialRaw(t, p.Addr)
+		if got := holder.do("SET", "w", "holder", "NX", "PX", "60000"); got != "+OK" {
+			t.Fatalf("holder: %q", got)
+		}
+		if err := c.write(respCmd("SET", "a", "c", "NX", "PX", "60000") + respCmd("SET", "w", "c", "NX", "PX", "60000") +
+			respCmd("SET", "b", "c", "NX", "PX", "60000")); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.read(); got != "+OK" {
+			t.Fatalf("SET a: %q", got)
+		}
+		// Bad input in a read of its own: in the same read as the
+		// commands, the framing guard refuses the whole read before any
+		// of it runs.
+		time.Sleep(100 * time.Millisecond)
+		if err := c.write("*1\r\n+PING\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if got := holder.do("DEL", "w"); got != ":1" {
+			t.Fatalf("holder's DEL: %q", got)
+		}
+		for _, want := range []string{"+OK", "+OK"} {
+			if got := c.read(); got != want {
+				t.Fatalf("after the holder let go: %q, want %q", got, want)
+			}
+		}
+		if got := c.read(); !strings.HasPrefix(got, "-ERR protocol error") {
+			t.Fatalf("after the replies: %q, want the protocol error", got)
+		}
+		if got := c.read(); !strings.HasPrefix(got, "closed") {
+			t.Fatalf("after the error: %q, want the connection closed", got)
+		}
+		// What it was told it holds, it holds.
+		for _, k := range []string{"a", "w", "b"} {
+			if got := holder.do("GET", k); got != "c" {
+				t.Errorf("GET %s = %q, want c", k, got)
+			}
+		}
+	})
+}

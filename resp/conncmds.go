@@ -26,6 +26,7 @@ func (s *Server) cmdQuit(st *connState, args [][]byte) { st.w.status("OK") }
 
 func (s *Server) cmdReset(st *connState, args [][]byte) {
 	st.resp3, st.name = false, ""
+	st.db.Store(0)
 	st.infoMu.Lock()
 	st.authed, st.user = !s.needsAuth(), nil
 	st.infoMu.Unlock()
@@ -34,11 +35,58 @@ func (s *Server) cmdReset(st *connState, args [][]byte) {
 }
 
 func (s *Server) cmdSelect(st *connState, args [][]byte) {
-	if string(args[1]) != "0" {
+	n, ok := parseInteger(args[1])
+	switch {
+	case !ok:
+		st.w.err("ERR value is not an integer or out of range")
+	case n < 0 || n >= Databases:
 		st.w.err("ERR DB index is out of range")
+	default:
+		st.db.Store(int32(n))
+		st.w.status("OK")
+	}
+}
+
+// Databases is how many databases SELECT chooses from, as Redis's default
+// "databases 16". Lock clients are often configured with one other than 0
+// (redis://host:6379/3, go-redis Options.DB, redis-py db=3), and send
+// SELECT on every new connection; refusing it made the client fail to
+// connect.
+const Databases = 16
+
+// dbKey is the lock name of key in database db (not 0, whose keys are
+// their own names): a prefix that no key a client is likely to use begins
+// with, so that databases do not share locks, as Redis's do not share
+// keys. A database-0 key that spells "\x00db3\x00k" is the lock of k in
+// database 3.
+func dbKey(db int32, key []byte) []byte {
+	b := make([]byte, 0, len(key)+6)
+	b = append(b, 0, 'd', 'b')
+	b = strconv.AppendInt(b, int64(db), 10)
+	b = append(b, 0)
+	return append(b, key...)
+}
+
+// nameKeys replaces c's keys in args by their lock names in database db.
+func nameKeys(c *command, args [][]byte, db int32) {
+	if db == 0 {
 		return
 	}
-	st.w.status("OK")
+	first, last, step := keySpan(c, args)
+	for i := first; i <= last; i += step {
+		args[i] = dbKey(db, args[i])
+	}
+}
+
+// clientKey is the key a client named, for a lock name dbKey made.
+func clientKey(name string) string {
+	if len(name) < 5 || name[0] != 0 || name[1] != 'd' || name[2] != 'b' {
+		return name
+	}
+	if i := strings.IndexByte(name[3:], 0); i > 0 && i <= 2 {
+		return name[3+i+1:]
+	}
+	return name
 }
 
 func (s *Server) cmdDBSize(st *connState, args [][]byte) { st.w.int(int64(s.cfg.Map.Count())) }
@@ -344,10 +392,10 @@ func (st *conn) clientLine(now time.Time) string {
 	}
 	age := int64(now.Sub(st.opened) / time.Second)
 	idle := (now.UnixNano() - st.active.Load()) / int64(time.Second)
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=0 sub=0 psub=0 ssub=0 multi=-1 "+
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=%s db=%d sub=0 psub=0 ssub=0 multi=-1 "+
 		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s "+
 		"redir=-1 resp=%d lib-name=%s lib-ver=%s",
-		st.id, st.addr, st.laddr, name, max(age, 0), max(idle, 0), flags, cmd, user, resp, libName, libVer)
+		st.id, st.addr, st.laddr, name, max(age, 0), max(idle, 0), flags, st.db.Load(), cmd, user, resp, libName, libVer)
 }
 
 // listClients is every connected client, in id order.

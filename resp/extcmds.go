@@ -159,7 +159,7 @@ func (s *Server) cmdLockInfo(st *connState, args [][]byte) {
 	}
 	w := &st.w
 	w.mapHeader(8)
-	w.bulkField("key", in.Key)
+	w.bulkField("key", clientKey(in.Key))
 	w.bulkField("state", in.State.String())
 	w.bulkField("memnode", in.Domain)
 	w.intField("entry", int64(in.Entry))

@@ -3,6 +3,7 @@ package resp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -339,7 +340,9 @@ func (s *Server) onTraffic(lc *loopConn, io loopIO) bool {
 		s.flush(lc, io)
 	}
 	if lc.closing {
-		return lc.q.empty()
+		// Nothing more is read; what a client sends meanwhile waits in
+		// the input buffer, within the output limit.
+		return lc.q.empty() || s.overOutput(lc, io.OutboundBuffered()+io.InboundBuffered()+lc.q.held)
 	}
 	for {
 		if io.OutboundBuffered() > pauseAt {
@@ -378,8 +381,7 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 	}
 	in, _ := io.Peek(min(buffered, lc.window))
 	if err := lc.feed(in); err != nil {
-		s.fatal(lc, io, "ERR "+err.Error())
-		return true, false
+		return s.fatal(lc, io, "ERR "+err.Error()), false
 	}
 	lc.bell.d.Mark() // the barrier waits for this connection's atomics only
 	first := lc.q.len()
@@ -414,7 +416,8 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 			// memory with the replies held behind them: the same limit
 			// as replies a client does not read.
 			if rest+lc.q.held > s.cfg.MaxOutputBytes {
-				lc.bad, act = s.pipelineLimit(), actFatal
+				s.cutOff(lc, io, s.pipelineLimit())
+				return true, false
 			}
 		case rest > s.cfg.MaxCommandBytes:
 			// One incomplete command.
@@ -422,8 +425,7 @@ func (s *Server) pass(lc *loopConn, io loopIO) (closing, more bool) {
 		}
 	}
 	if act == actFatal {
-		s.fatal(lc, io, lc.bad)
-		return true, false
+		return s.fatal(lc, io, lc.bad), false
 	}
 	if lc.staged {
 		lc.staged = false
@@ -489,16 +491,33 @@ func (s *Server) pipelineLimit() string {
 	return fmt.Sprintf("ERR more than %d bytes of commands and replies wait behind commands still running, the proxy's limit (max_output_bytes)", s.cfg.MaxOutputBytes)
 }
 
-// fatal answers bad input with msg and has the connection closed: after
-// the other replies of the batch if nothing runs, else at once, ahead of
-// the replies of the commands still running, which are abandoned with the
-// connection (its context is cancelled as it closes).
-func (s *Server) fatal(lc *loopConn, io loopIO, msg string) {
-	w := &lc.st.w
-	if !lc.q.empty() {
-		w.b = w.b[:0]
-		lc.q = replyQueue{}
+// fatal answers bad input with msg and reports whether to close the
+// connection now. Redis answers every command it ran before the bad input,
+// then the error, then closes; so does the proxy, with the commands still
+// running too (a queued acquire): as after QUIT, the connection reads
+// nothing more and closes once their replies and the error are out
+// (closing). Before, their replies, and those held ahead of them, were
+// dropped, and a client told nothing about a lock it had been granted.
+// Input that arrives meanwhile counts against MaxOutputBytes (onTraffic).
+func (s *Server) fatal(lc *loopConn, io loopIO, msg string) (closeNow bool) {
+	lc.st.w.err(msg)
+	s.flush(lc, io)
+	if lc.q.empty() {
+		return true
 	}
+	lc.closing = true
+	return false
+}
+
+// cutOff answers a client over the output limit with msg and has the
+// connection closed at once: the error goes out ahead of the replies of the
+// commands still running, which are abandoned with the connection (its
+// context is cancelled as it closes), and so are the replies held behind
+// them. Waiting for them would let the client pile up more.
+func (s *Server) cutOff(lc *loopConn, io loopIO, msg string) {
+	w := &lc.st.w
+	w.b = w.b[:0]
+	lc.q = replyQueue{}
 	w.err(msg)
 	s.flush(lc, io)
 }
@@ -605,6 +624,11 @@ func (s *Server) batch(lc *loopConn, in []byte) (int, action) {
 // connection on one of its keys: in flight, or an atomic staged by this
 // batch.
 func (lc *loopConn) settling(c *command, args [][]byte) bool {
+	if db := lc.st.db.Load(); db != 0 {
+		// As prepare will name them, and the commands in flight are.
+		args = slices.Clone(args)
+		nameKeys(c, args, db)
+	}
 	if lc.q.settling(c, args) {
 		return true
 	}

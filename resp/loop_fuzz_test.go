@@ -73,6 +73,7 @@ func FuzzLoop(f *testing.F) {
 		"*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nz\r\n",
 		"PING\r\nPOST / HTTP/1.1\r\nDEL k\r\n",
 		"*0\r\n*-1\r\nCOMMAND\r\nCOMMAND\r\nCOMMAND\r\nCOMMAND\r\nCOMMAND\r\nCOMMAND\r\n",
+		"SELECT 3\r\nGET k\r\nSELECT 0\r\nEXISTS k\r\nRESET\r\nPTTL k\r\n",
 	} {
 		f.Add([]byte(seed), uint16(len(seed)/2))
 	}

@@ -544,6 +544,33 @@ func TestLoopPipelineLimit(t *testing.T) {
 	awaitBlocked(t, s, 0) // the wait was abandoned
 }
 
+// TestLoopInputAfterTheLastCommandIsBounded: after QUIT, or bad input, a
+// connection reads nothing more and closes once its waiting command is
+// answered; what the client sends meanwhile piles up in its input buffer,
+// and past MaxOutputBytes the connection is closed. Before, a client could
+// pile up input without limit behind a QUIT and a WAIT of a minute.
+func TestLoopInputAfterTheLastCommandIsBounded(t *testing.T) {
+	for _, last := range []string{"QUIT\r\n", "ECHO \"a\r\n"} {
+		s := loopServer(t, func(c *Config) { c.MaxOutputBytes = 1024 })
+		holder, c := newLoopClient(t, s), newLoopClient(t, s)
+		holder.do("SET", "q", "holder", "PX", "60000", "NX")
+		c.send(respCmd("SET", "q", "c", "PX", "60000", "NX"))
+		awaitBlocked(t, s, 1)
+		c.send(last)
+		c.send(strings.Repeat("PING\r\n", 100)) // 600 bytes: kept
+		if c.closed {
+			t.Fatalf("%q: closed under the limit", last)
+		}
+		c.send(strings.Repeat("PING\r\n", 100)) // 1200 bytes: too many
+		if !c.closed {
+			t.Fatalf("%q: still open with more than the limit buffered", last)
+		}
+		if got := c.f.out(); got != "" {
+			t.Fatalf("%q: output %q: nothing after the last command runs", last, got)
+		}
+	}
+}
+
 // TestLoopLargeBatchNotLimited: the limit is on input left waiting, not on
 // what arrives at once: a large pipeline of quick commands is all served.
 func TestLoopLargeBatchNotLimited(t *testing.T) {
@@ -557,8 +584,11 @@ func TestLoopLargeBatchNotLimited(t *testing.T) {
 
 // TestLoopBadInput: what the guard, the parser or the size limit rejects
 // gets an error reply and a closed connection; while a command of the
-// connection waits, at once, ahead of that command's reply, which nobody
-// will read.
+// connection waits, behind that command's reply, once it has one, as
+// Redis answers a blocked command before it reads what follows. Before,
+// the error went out at once and the replies held behind the waiting
+// command, and its own, were dropped: a lock granted by a command ahead
+// of the bad input was held with its client never told.
 func TestLoopBadInput(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{name: "huge multibulk count", in: "*3000000000\r\n", want: "-ERR protocol error: 3000000000 arguments"},
@@ -585,13 +615,17 @@ func TestLoopBadInput(t *testing.T) {
 			s := loopServer(t, func(c *Config) { c.MaxCommandBytes = 1024 })
 			holder, c := newLoopClient(t, s), newLoopClient(t, s)
 			holder.do("SET", "w", "holder", "PX", "60000", "NX")
-			c.send(respCmd("SET", "w", "c", "PX", "60000", "NX"))
+			c.send(respCmd("SET", "v", "c", "PX", "60000", "NX") + respCmd("SET", "w", "c", "PX", "60000", "NX"))
 			awaitBlocked(t, s, 1)
 			c.send(tc.in)
-			if !c.closed || !strings.HasPrefix(c.f.out(), tc.want) {
-				t.Fatalf("closed %v, output %q, want %q", c.closed, c.f.out(), tc.want)
+			if c.closed || c.f.out() != "+OK\r\n" {
+				t.Fatalf("closed %v, output %q while a command ahead of the bad input waits", c.closed, c.f.out())
 			}
-			awaitBlocked(t, s, 0) // the wait was abandoned
+			holder.do("DEL", "w")
+			c.settle()
+			if want := "+OK\r\n+OK\r\n" + tc.want; !c.closed || !strings.HasPrefix(c.f.out(), want) {
+				t.Fatalf("closed %v, output %q, want %q", c.closed, c.f.out(), want)
+			}
 		})
 	}
 }

@@ -69,7 +69,7 @@ func (s *Server) cmdLockRangeInfo(st *connState, args [][]byte) {
 	}
 	w := &st.w
 	w.mapHeader(5)
-	w.bulkField("key", in.Key)
+	w.bulkField("key", clientKey(in.Key))
 	w.bulkField("memnode", in.Domain)
 	w.intField("tree", in.Tree) // -1: the name has no tree while nobody here uses it
 	w.intField("units", int64(in.Units))

@@ -360,18 +360,17 @@ func (rc *rconn) flushLocked() {
 	}
 }
 
-// fatal answers bad input with msg before the connection closes: after the
-// replies gathered if no command is running, else at once, ahead of those
-// of the commands still running, which nobody will read.
+// fatal answers bad input with msg, behind the replies of the commands
+// still running (a queued acquire), and closes the connection once they are
+// out, as the event loop does (Server.fatal). Nothing more is read
+// meanwhile: this goroutine is the connection's reader.
 func (f *redconFrontend) fatal(rc *rconn, msg string) {
 	rc.mu.Lock()
+	rc.st.w.b = append(rc.st.w.b, msg...)
+	rc.mu.Unlock()
+	rc.drained()
+	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	w := &rc.st.w
-	if !rc.q.empty() {
-		w.b = w.b[:0]
-		rc.q = replyQueue{}
-	}
-	w.b = append(w.b, msg...)
 	_ = rc.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	rc.flushLocked()
 	rc.closed = true

@@ -382,6 +382,9 @@ type conn struct {
 	// habit is how the client on this connection retries (the wait policy
 	// lets a first try wait only on a connection that has retried).
 	habit lockmap.Habit
+	// db is the database SELECT chose; CLIENT LIST reads it from other
+	// connections. Its keys are locks of their own (dbKey).
+	db atomic.Int32
 
 	// What CLIENT LIST shows to other connections. addr, laddr and opened
 	// are set before the connection is registered; infoMu guards name and
@@ -606,6 +609,8 @@ func (s *Server) prepare(st *connState, args [][]byte) (*command, string) {
 	if st.user != nil && !st.keysAllowed(c, args) {
 		return nil, name
 	}
+	// After the ACL check, which matches the keys the client named.
+	nameKeys(c, args, st.db.Load())
 	st.last.Store(c)
 	return c, name
 }
