@@ -75,6 +75,13 @@ func TestRedisParity(t *testing.T) {
 		respCmd("SET", "p12", "v", "NX", "NX", "PX", "60000"),
 		respCmd("SET", "p13", "v", "NX", "PX", "60000") + respCmd("PEXPIRE", "p13", "+100") + respCmd("PEXPIRE", "p13", "0100"),
 	}
+	sameAsRedis(t, rs, cases)
+}
+
+// sameAsRedis sends each of cases to redis-server rs and to a proxy of
+// each front end, each on a new connection followed by a PING, and
+// reports every difference in the replies.
+func sameAsRedis(t *testing.T, rs *testproc.Proc, cases []string) {
 	eachFrontend(t, func(t *testing.T, fe string) {
 		p := testproc.Proxy(t, "-frontend", fe)
 		flush := dialRaw(t, rs.Addr)

@@ -34,20 +34,7 @@ func TestSelectParity(t *testing.T) {
 			respCmd("SELECT", "5") + respCmd("EVAL", casDelete, "1", "s4", "a") + respCmd("SELECT", "4") + respCmd("EVAL", casDelete, "1", "s4", "a") +
 			respCmd("EXISTS", "s4") + respCmd("SET", "s5", "a", "NX", "PX", "60000") + respCmd("PEXPIRE", "s5", "100000") + respCmd("UNLINK", "s5", "s4"),
 	}
-	eachFrontend(t, func(t *testing.T, fe string) {
-		p := testproc.Proxy(t, "-frontend", fe)
-		flush := dialRaw(t, rs.Addr)
-		for _, raw := range cases {
-			if got := flush.do("FLUSHALL"); got != "+OK" {
-				t.Fatalf("FLUSHALL on redis-server: %q", got)
-			}
-			want := normalize(exchange(t, rs.Addr, raw))
-			got := normalize(exchange(t, p.Addr, raw))
-			if got != want {
-				t.Errorf("%q:\n  proxy:        %s\n  redis-server: %s", raw, got, want)
-			}
-		}
-	})
+	sameAsRedis(t, rs, cases)
 }
 
 // TestDatabasesWithRealClients: go-redis clients configured with DB 3 and
