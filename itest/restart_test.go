@@ -207,13 +207,15 @@ func TestReleasedDayLockDoesNotHoldUpARestart(t *testing.T) {
 
 // TestStoppedProxyOwesTheNextStartOnlyTheLocksStillHeld: an embedded proxy
 // stopped with SIGTERM once its clients released their locks (one of an
-// hour, one of 30 s, the way a deploy finds them) leaves a state directory
+// hour, one of 30 s, the way a deploy finds them; a key's and a range
+// lock's span) leaves a state directory
 // that owes the next start nothing but its margin, so a restart serves at
 // once; a lock still held when the drain gives up (drain_timeout 0) is
 // still waited out by the next start. Before, the clean stop saved the room
 // the lease keeps for the next grant of the longest recent TTL: the next
 // start served nothing for an hour (for 30 s with only the 30 s lock),
-// although nothing was held.
+// although nothing was held; and a released span counted until its
+// deadline, whatever the stop.
 func TestStoppedProxyOwesTheNextStartOnlyTheLocksStillHeld(t *testing.T) {
 	dir := t.TempDir()
 	ctx := ctxT(t, time.Minute)
@@ -225,6 +227,13 @@ func TestStoppedProxyOwesTheNextStartOnlyTheLocksStillHeld(t *testing.T) {
 		}
 		if n, err := c.Del(ctx, "job").Result(); n != 1 || err != nil {
 			t.Fatalf("DEL job: %v %v", n, err)
+		}
+		// A range lock's span too.
+		if f, err := c.Do(ctx, "LOCK.RANGE.ACQUIRE", "file", 0, 10, "t", "PX", ttl.Milliseconds()).Int64(); f == 0 || err != nil {
+			t.Fatalf("LOCK.RANGE.ACQUIRE file: %v %v", f, err)
+		}
+		if n, err := c.Do(ctx, "LOCK.RANGE.RELEASE", "file", 0, 10, "t").Int(); n != 1 || err != nil {
+			t.Fatalf("LOCK.RANGE.RELEASE file: %v %v", n, err)
 		}
 		if err := p.Stop(30 * time.Second); err != nil {
 			t.Fatal(err)

@@ -24,17 +24,24 @@ type expirer struct {
 	done  chan struct{}
 	fire  func(*hold, time.Time)
 
-	// secs counts the scheduled holds by their deadline's second after
-	// base, for latest: the heap only knows the earliest. Buckets that
-	// empty stay at zero until latest prunes them (deleting a small map's
-	// last key has Go draw a new hash seed, a random read, on every
-	// uncontended release).
+	// ends counts the scheduled holds by deadline, for latest: the heap
+	// only knows the earliest.
+	ends deadlines
+}
+
+// deadlines counts deadlines by their second after base, to tell the
+// latest one counted. Buckets that empty stay at zero until latest prunes
+// them (deleting a small map's last key has Go draw a new hash seed, a
+// random read, on every uncontended release). The caller locks.
+type deadlines struct {
 	base  time.Time
 	secs  map[int64]bucket
 	top   int64 // the latest bucket in use, if !stale
 	live  int   // buckets in use
 	stale bool
 }
+
+func newDeadlines() deadlines { return deadlines{base: time.Now(), secs: map[int64]bucket{}} }
 
 // bucket is one second of deadlines: how many holds end in it, and the
 // latest deadline added since it was last empty (after base), which is no
@@ -72,7 +79,7 @@ func (x *expHeap) Pop() any {
 
 func newExpirer(fire func(*hold, time.Time)) *expirer {
 	e := &expirer{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), fire: fire,
-		base: time.Now(), secs: map[int64]bucket{}}
+		ends: newDeadlines()}
 	go e.run()
 	return e
 }
@@ -81,9 +88,9 @@ func newExpirer(fire func(*hold, time.Time)) *expirer {
 func (e *expirer) add(h *hold, at time.Time) {
 	e.mu.Lock()
 	if h.expIdx >= 0 {
-		e.count(h.expAt, -1)
+		e.ends.count(h.expAt, -1)
 	}
-	e.count(at, 1)
+	e.ends.count(at, 1)
 	h.expAt = at
 	if h.expIdx >= 0 {
 		heap.Fix(&e.h, h.expIdx)
@@ -107,14 +114,14 @@ func (e *expirer) add(h *hold, at time.Time) {
 func (e *expirer) remove(h *hold) {
 	e.mu.Lock()
 	if h.expIdx >= 0 {
-		e.count(h.expAt, -1)
+		e.ends.count(h.expAt, -1)
 		heap.Remove(&e.h, h.expIdx)
 	}
 	e.mu.Unlock()
 }
 
-// count adds n holds ending at at to its second's bucket; e.mu is held.
-func (e *expirer) count(at time.Time, n int32) {
+// count adds n deadlines at at to its second's bucket.
+func (e *deadlines) count(at time.Time, n int32) {
 	d := at.Sub(e.base) // the monotonic clock: a wall clock step moves nothing
 	b := int64(d / time.Second)
 	c := e.secs[b]
@@ -139,11 +146,8 @@ func (e *expirer) count(at time.Time, n int32) {
 	e.secs[b] = c
 }
 
-// latest is no earlier than the deadline of every hold scheduled, and
-// zero if none is: what the leases publish for the holds in force.
-func (e *expirer) latest() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// latest is no earlier than every deadline counted, and zero if none is.
+func (e *deadlines) latest() time.Time {
 	if e.stale || len(e.secs) > 2*e.live+64 {
 		e.top, e.stale = math.MinInt64, false
 		for b, c := range e.secs {
@@ -159,6 +163,14 @@ func (e *expirer) latest() time.Time {
 		return time.Time{}
 	}
 	return e.base.Add(e.secs[e.top].last)
+}
+
+// latest is no earlier than the deadline of every hold scheduled, and
+// zero if none is: what the leases publish for the holds in force.
+func (e *expirer) latest() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ends.latest()
 }
 
 // poke makes the goroutine look at the heap now: a command found holds past
@@ -184,7 +196,7 @@ func (e *expirer) run() {
 		now := time.Now()
 		for len(e.h) > 0 && !e.h[0].expAt.After(now) {
 			h := heap.Pop(&e.h).(*hold)
-			e.count(h.expAt, -1)
+			e.ends.count(h.expAt, -1)
 			fire = append(fire, due{h, h.expAt})
 		}
 		next := time.Hour

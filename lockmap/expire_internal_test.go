@@ -198,7 +198,7 @@ func TestLatestBoundsEveryScheduledHold(t *testing.T) {
 			t.Fatalf("op %d: latest is %v past the latest deadline", i, got.Sub(want))
 		}
 	}
-	if len(e.secs) > 2*e.live+64 {
-		t.Fatalf("%d buckets kept for %d in use", len(e.secs), e.live)
+	if len(e.ends.secs) > 2*e.ends.live+64 {
+		t.Fatalf("%d buckets kept for %d in use", len(e.ends.secs), e.ends.live)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shiftlock/shiftlock-proxy/memnode"
+	"github.com/shiftlock/shiftlock-proxy/rangelock"
 	"github.com/shiftlock/shiftlock-proxy/rdma/memfab"
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
@@ -178,4 +179,52 @@ func TestReleasedLocksStopHoldingUpARestart(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestReleasedSpansStopHoldingUpARestart: a range lock's span counts in
+// the lease horizon while it is held, and stops counting once released,
+// as a key's lock does. Before, a span's deadline counted until it passed:
+// a span of an hour, released at once, held up a restart (and, on a shared
+// memory node, the recovery of a dead proxy's entries) for the hour.
+func TestReleasedSpansStopHoldingUpARestart(t *testing.T) {
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 1 << 10, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second,
+		MaxLease: 2 * time.Hour, RangeBytes: RangeTreeBytes(), RangeTreeBytes: RangeTreeBytes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := NewLease(ep)
+	lease.longHold = 300 * time.Millisecond // the room kept for the next hour-long grant
+	t.Cleanup(lease.Stop)
+	m := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, Config{})
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+
+	if _, ok, err := m.RangeAcquire(ctx, "r", "a", 0, 10, rangelock.Exclusive, time.Hour, time.Second); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	granted := time.Now()
+	saved := func() time.Duration { return time.Duration(cfg.Store.Get().MaxHorizonMs) * time.Millisecond }
+	// Held past the room: the span alone keeps the horizon.
+	time.Sleep(time.Second)
+	if at, h := lease.hb.Published(); at.Add(h).Before(granted.Add(time.Hour)) {
+		t.Fatalf("a beat %v after the span's grant publishes %v: short of the hour it is held", time.Since(at), h)
+	}
+	if !m.RangeRelease("r", "a", 0, 10) {
+		t.Fatal("release")
+	}
+	released := time.Now()
+	for saved() > time.Minute {
+		if time.Since(released) > 20*time.Second {
+			_, h := lease.hb.Published()
+			t.Fatalf("20 s after the hour's span was released, the beats publish %v and a restart would wait %v", h, saved())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the saved horizon fell to %v within %v of the release", saved(), time.Since(released).Round(time.Millisecond))
 }

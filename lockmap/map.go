@@ -107,6 +107,7 @@ func New(doms []*Domain, cfg Config) *Map {
 func (m *Map) track(d *Domain) {
 	if d.Lease != nil {
 		d.Lease.trackHolds(m.exp.latest)
+		d.Lease.trackHolds(m.rng.latest)
 	}
 }
 

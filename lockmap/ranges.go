@@ -60,6 +60,7 @@ type rangeHold struct {
 	held       *rangelock.Held
 	ttl        time.Duration
 	deadline   time.Time
+	counted    time.Time // the deadline ranges.count has, zero if none
 	timer      *time.Timer
 	dropped    bool // guarded by rn.mu
 }
@@ -110,6 +111,35 @@ type ranges struct {
 	byTree  map[rangeTreeKey]*rangeName
 	binding map[*Domain]int  // binds on their way, by membership
 	probed  map[*Domain]bool // memberships whose probes come here
+
+	// ends counts the deadlines of the spans held with a TTL, for the
+	// leases (latest); endsMu is taken last, under any other lock.
+	endsMu sync.Mutex
+	ends   deadlines
+}
+
+// latest is no earlier than the deadline of every span held with a TTL,
+// and zero if none is: what the leases publish for the spans in force.
+// Before, a span's deadline counted in the lease horizon until it passed,
+// released or not, so a span of an hour released at once held up an
+// embedded proxy's next start for the hour.
+func (r *ranges) latest() time.Time {
+	r.endsMu.Lock()
+	defer r.endsMu.Unlock()
+	if r.ends.secs == nil {
+		return time.Time{}
+	}
+	return r.ends.latest()
+}
+
+// count adds n spans ending at at.
+func (r *ranges) count(at time.Time, n int32) {
+	r.endsMu.Lock()
+	if r.ends.secs == nil {
+		r.ends = newDeadlines()
+	}
+	r.ends.count(at, n)
+	r.endsMu.Unlock()
 }
 
 type rangeTreeKey struct {
@@ -226,8 +256,12 @@ func (m *Map) rangeAcquire(ctx context.Context, key, token string, l, r uint64, 
 			if d.Lease != nil {
 				// The lease must cover the TTL before the client is told,
 				// or a dead proxy's span could be repaired away while its
-				// client still believes it.
-				if err := d.Lease.Cover(ctx, h.deadline, ttl); err != nil {
+				// client still believes it. Its deadline counts in the
+				// horizon already (rangeRecord, ranges.latest), until the
+				// span is dropped: no pin to hold.
+				p, err := d.Lease.cover(ctx, h.deadline, ttl, true)
+				p.unpin()
+				if err != nil {
 					m.rangeDrop(h)
 					return 0, false, err
 				}
@@ -461,6 +495,8 @@ func (m *Map) rangeRecord(rn *rangeName, key, token string, held *rangelock.Held
 	rn.holds = append(rn.holds, h)
 	if ttl > 0 {
 		h.deadline = time.Now().Add(ttl)
+		h.counted = h.deadline
+		m.rng.count(h.counted, 1) // before the lease checks it (rangeAcquire)
 		h.timer = time.AfterFunc(ttl, func() { m.rangeDrop(h) })
 	}
 	if rn.ops--; rn.ops == 0 {
@@ -719,6 +755,9 @@ func (m *Map) rangeDrop(h *rangeHold) bool {
 		return false
 	}
 	h.dropped = true
+	if !h.counted.IsZero() {
+		m.rng.count(h.counted, -1)
+	}
 	for i, x := range rn.holds {
 		if x == h {
 			rn.holds = append(rn.holds[:i:i], rn.holds[i+1:]...)
@@ -758,6 +797,9 @@ func (m *Map) rangeForget(old *Domain) (lost int) {
 		rn.gone = true
 		for _, h := range rn.holds {
 			h.dropped = true
+			if !h.counted.IsZero() {
+				m.rng.count(h.counted, -1)
+			}
 			if h.timer != nil {
 				h.timer.Stop()
 			}

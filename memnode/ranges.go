@@ -119,7 +119,11 @@ func (p *rangePool) fence(t uint64) uint64 {
 // maxFence is the largest fence of any tree, for the high-water mark a
 // restart starts above.
 func (p *rangePool) maxFence() uint64 {
+	// fenceHW moves under p.mu, as a tree is freed (maybeFree) while a
+	// save runs.
+	p.mu.Lock()
 	m := p.fenceHW
+	p.mu.Unlock()
 	// Every state save scans it: one read per tree, without Load8's
 	// checks and call, when the region holds the trees and nothing else.
 	if p.treeBytes%8 == 0 && p.n*p.treeBytes == p.s.ranges.Size() {
