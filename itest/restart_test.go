@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,4 +296,33 @@ func acquireEventually(ctx context.Context, t *testing.T, c *redis.Client, key, 
 	return untilGranted(t, deadline, anyError, func() (uint64, error) {
 		return c.Do(ctx, "LOCK.ACQUIRE", key, token, "PX", ttl.Milliseconds(), "WAIT", 100).Uint64()
 	})
+}
+
+// TestHangupStopsCleanly: SIGHUP, what a proxy run from a terminal gets
+// when the terminal closes (`make run`), stops it as SIGTERM does: drained,
+// exit 0, and the state directory owes the next start only the locks still
+// held. Before, Go's default had it die at once, as from kill -9, and the
+// next start owed the room kept for the next grant (30 s here).
+func TestHangupStopsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := restartableProxyIn(t, dir)
+	c := client(t, p.Addr)
+	ctx := ctxT(t, time.Minute)
+	if ok, err := c.SetNX(ctx, "job", "1", 30*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("SET job NX: %v %v", ok, err)
+	}
+	if n, err := c.Del(ctx, "job").Result(); n != 1 || err != nil {
+		t.Fatalf("DEL job: %v %v", n, err)
+	}
+	p.Signal(syscall.SIGHUP)
+	waitExit(t, p, 30*time.Second)
+	if err := p.Stop(time.Second); err != nil {
+		t.Fatalf("after SIGHUP: %v, want a clean exit\n%s", err, p.Output())
+	}
+	if !strings.Contains(p.Output(), "shutting down") {
+		t.Fatalf("no drain in the log:\n%s", p.Output())
+	}
+	if h := savedHorizon(t, dir); h > 5*time.Second {
+		t.Fatalf("stopped by SIGHUP with no lock held, the state directory owes the next start %v", h)
+	}
 }

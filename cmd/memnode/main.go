@@ -9,8 +9,8 @@
 // refuses to start, unless fabric_insecure says the network is trusted.
 //
 // On startup it prints "memnode listening on ADDR" (and "metrics on ADDR")
-// to stdout with the actual addresses, so a port of 0 can be used. SIGTERM or
-// SIGINT stops it gracefully: it stops accepting, closes every connection and
+// to stdout with the actual addresses, so a port of 0 can be used. SIGTERM,
+// SIGINT or SIGHUP stops it gracefully: it stops accepting, closes every connection and
 // exits 0.
 package main
 

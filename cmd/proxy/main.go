@@ -13,10 +13,10 @@
 // trusted.
 //
 // On startup it prints "proxy listening on ADDR" to stdout with the actual
-// address, so -listen 127.0.0.1:0 works in tests. SIGTERM or SIGINT stop it:
-// it turns not ready, refuses new connections and acquires, waits (up to
-// drain_timeout) for the locks its clients hold to be released or expire,
-// then closes connections, leaves its memory nodes and exits 0
+// address, so -listen 127.0.0.1:0 works in tests. SIGTERM, SIGINT or SIGHUP
+// stop it: it turns not ready, refuses new connections and acquires, waits
+// (up to drain_timeout) for the locks its clients hold to be released or
+// expire, then closes connections, leaves its memory nodes and exits 0
 // (docs/architecture.md, "Shutdown").
 package main
 
@@ -31,7 +31,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -189,7 +188,7 @@ func drain(srv *resp.Server, lm *lockmap.Map, timeout time.Duration, log *zap.Lo
 	log.Info("shutting down: waiting for held locks to be released or expire (signal again to leave now)",
 		zap.Int("locks_held", held), zap.Int64("queued", queued), zap.Duration("drain_timeout", timeout))
 	again := make(chan os.Signal, 1)
-	signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(again, procutil.StopSignals...)
 	defer signal.Stop(again)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

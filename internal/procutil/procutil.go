@@ -30,15 +30,22 @@ import (
 )
 
 // Main runs a command's run with the arguments after the program name and
-// the process's standard output and error, under a context that SIGTERM or
-// SIGINT cancels, and exits with the code run returns. Tests call run
-// itself, with a context and writers of their own.
+// the process's standard output and error, under a context that a stop
+// signal (StopSignals) cancels, and exits with the code run returns. Tests
+// call run itself, with a context and writers of their own.
 func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(context.Background(), StopSignals...)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// StopSignals stop a daemon cleanly: SIGTERM, SIGINT (Ctrl-C), and SIGHUP,
+// what a daemon run from a terminal gets when the terminal closes. Go's
+// default for SIGHUP is to exit at once, as from kill -9: a proxy then
+// skipped its drain, and its next start on the embedded memory node's
+// state waited out the room its beats keep for grants to come.
+var StopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
 
 // Begin starts a daemon named name once its configuration is parsed, with
 // parseErr the parse's error: a logger at level writing to stderr
