@@ -14,6 +14,31 @@ import (
 	"github.com/shiftlock/shiftlock-proxy/shiftlock"
 )
 
+// leasedMap is a Map on a memory node that saves its state in a temporary
+// directory (20 ms heartbeats, leases up to 2 h, rangeBytes of range
+// trees), with a lease that keeps room for the next hour-long grant for
+// 300 ms instead of 10 s.
+func leasedMap(t *testing.T, rangeBytes uint64) (memnode.Config, *Lease, *Map) {
+	t.Helper()
+	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 1 << 10, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second,
+		MaxLease: 2 * time.Hour, RangeBytes: rangeBytes, RangeTreeBytes: RangeTreeBytes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := memnode.New(cfg)
+	t.Cleanup(host.Close)
+	ep, err := memfab.New(host).Join("proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := NewLease(ep)
+	lease.longHold = 300 * time.Millisecond
+	t.Cleanup(lease.Stop)
+	m := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, Config{})
+	t.Cleanup(m.Close)
+	return cfg, lease, m
+}
+
 // told is a lock a client was told it holds, from when until it let go
 // (zero while it still holds it), and when it ends.
 type told struct {
@@ -40,21 +65,7 @@ func TestReleasedLocksStopHoldingUpARestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}
-	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 1 << 10, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second, MaxLease: 2 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := NewLease(ep)
-	lease.longHold = 300 * time.Millisecond // the room kept for the next hour-long grant
-	t.Cleanup(lease.Stop)
-	m := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, Config{})
-	t.Cleanup(m.Close)
+	cfg, _, m := leasedMap(t, 0)
 
 	var mu sync.Mutex
 	var locks []*told
@@ -187,22 +198,7 @@ func TestReleasedLocksStopHoldingUpARestart(t *testing.T) {
 // a span of an hour, released at once, held up a restart (and, on a shared
 // memory node, the recovery of a dead proxy's entries) for the hour.
 func TestReleasedSpansStopHoldingUpARestart(t *testing.T) {
-	cfg, err := memnode.Open(t.TempDir(), memnode.Config{Entries: 1 << 10, HeartbeatInterval: 20 * time.Millisecond, DeadAfter: 2 * time.Second,
-		MaxLease: 2 * time.Hour, RangeBytes: RangeTreeBytes(), RangeTreeBytes: RangeTreeBytes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := memnode.New(cfg)
-	t.Cleanup(host.Close)
-	ep, err := memfab.New(host).Join("proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := NewLease(ep)
-	lease.longHold = 300 * time.Millisecond // the room kept for the next hour-long grant
-	t.Cleanup(lease.Stop)
-	m := New([]*Domain{{Name: "m", Client: shiftlock.NewClient(ep, shiftlock.Config{}), Lease: lease}}, Config{})
-	t.Cleanup(m.Close)
+	cfg, lease, m := leasedMap(t, RangeTreeBytes())
 	ctx := context.Background()
 
 	if _, ok, err := m.RangeAcquire(ctx, "r", "a", 0, 10, rangelock.Exclusive, time.Hour, time.Second); !ok || err != nil {
