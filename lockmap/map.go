@@ -76,6 +76,7 @@ func New(doms []*Domain, cfg Config) *Map {
 		cfg.Logger = zap.NewNop()
 	}
 	m := &Map{doms: make([]atomic.Pointer[Domain], len(doms)), cfg: cfg, log: cfg.Logger}
+	m.rng.ends = newDeadlines()
 	for i, d := range doms {
 		d.number()
 		m.doms[i].Store(d)

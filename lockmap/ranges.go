@@ -126,18 +126,12 @@ type ranges struct {
 func (r *ranges) latest() time.Time {
 	r.endsMu.Lock()
 	defer r.endsMu.Unlock()
-	if r.ends.secs == nil {
-		return time.Time{}
-	}
 	return r.ends.latest()
 }
 
 // count adds n spans ending at at.
 func (r *ranges) count(at time.Time, n int32) {
 	r.endsMu.Lock()
-	if r.ends.secs == nil {
-		r.ends = newDeadlines()
-	}
 	r.ends.count(at, n)
 	r.endsMu.Unlock()
 }

@@ -10,8 +10,8 @@
 //
 // On startup it prints "memnode listening on ADDR" (and "metrics on ADDR")
 // to stdout with the actual addresses, so a port of 0 can be used. SIGTERM,
-// SIGINT or SIGHUP stops it gracefully: it stops accepting, closes every connection and
-// exits 0.
+// SIGINT or SIGHUP stops it gracefully: it stops accepting, closes every
+// connection and exits 0.
 package main
 
 import (
